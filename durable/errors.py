@@ -1,0 +1,314 @@
+"""The one error tree of `durable`.
+
+Every error that `durable` raises on purpose derives from `DurableError`.
+Errors are classified by what the caller can do about them: a *transient*
+error (``err.transient is True``) may succeed if the same call is retried
+later; a *permanent* one will not. Errors that are bad input also subclass
+`ValueError`, and "not found" errors also subclass `LookupError`.
+
+```
+DurableError
+├── StoreError                       the storage layer
+│   ├── ObjectStoreError             a backend call failed (transient)
+│   │   ├── ObjectNotFound           (also LookupError; permanent)
+│   │   ├── ObjectExists             a create-if-absent lost (permanent)
+│   │   └── ObjectStoreTimeout       (transient)
+│   ├── CorruptObject                checksum, framing or decoding failed
+│   ├── UnsupportedFormat            written by a newer format version
+│   ├── MissingGuarantee             backend cannot create-if-absent atomically
+│   ├── StoreNotInitialized          a reader found no store at the URL (transient)
+│   ├── Fenced                       another writer opened the store
+│   ├── StoreClosed                  the store was closed or has failed
+│   └── BlobMissing                  a value's blob object is gone
+└── QueueError                       the queue and its KV namespace
+    ├── InvalidQueueName, InvalidId, KvValueTooLarge,
+    │   ReservedKey, ConflictingKvEffect, InvalidOption  (also ValueError)
+    ├── DuplicateJobId               (also ValueError)
+    ├── JobNotFound, PayloadMissing  (also LookupError)
+    ├── InvalidState
+    ├── ClaimLost
+    └── CancelRequested
+```
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "BlobMissing",
+    "CancelRequested",
+    "ClaimLost",
+    "ConflictingKvEffect",
+    "CorruptObject",
+    "DuplicateJobId",
+    "DurableError",
+    "Fenced",
+    "InvalidId",
+    "InvalidOption",
+    "InvalidQueueName",
+    "InvalidState",
+    "JobNotFound",
+    "KvValueTooLarge",
+    "MissingGuarantee",
+    "ObjectExists",
+    "ObjectNotFound",
+    "ObjectStoreError",
+    "ObjectStoreTimeout",
+    "PayloadMissing",
+    "QueueError",
+    "ReservedKey",
+    "StoreClosed",
+    "StoreError",
+    "StoreNotInitialized",
+    "UnsupportedFormat",
+]
+
+
+class DurableError(Exception):
+    """Root of every error `durable` raises on purpose.
+
+    ``transient`` tells whether retrying the same call later may succeed.
+    """
+
+    transient: bool = False
+
+
+# --------------------------------------------------------------------- store
+
+
+class StoreError(DurableError):
+    """An error of the storage layer (objects, log, blobs)."""
+
+
+class ObjectStoreError(StoreError):
+    """A call to the object-store backend failed; retrying may succeed.
+
+    ``name`` is the object (or prefix) the call was about.
+    """
+
+    transient = True
+
+    def __init__(self, message: str, *, name: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+
+
+class ObjectNotFound(ObjectStoreError, LookupError):
+    """The named object does not exist."""
+
+    transient = False
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"object {name!r} does not exist", name=name)
+
+
+class ObjectExists(ObjectStoreError):
+    """A create-if-absent found the name already taken."""
+
+    transient = False
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"object {name!r} already exists", name=name)
+
+
+class ObjectStoreTimeout(ObjectStoreError):
+    """A backend call did not answer in time; its effect is unknown."""
+
+
+class CorruptObject(StoreError):
+    """An object failed its checksum, framing or decoding.
+
+    Committed data is never dropped silently: opening a store whose log or
+    checkpoint is corrupt raises this error naming the object.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(
+            f"object {name!r} is corrupt: {reason}; restore it from a backup or "
+            "remove the store's newer objects by hand after inspection"
+        )
+        self.name = name
+        self.reason = reason
+
+
+class UnsupportedFormat(StoreError):
+    """An object was written by a format version this library cannot read."""
+
+    def __init__(self, name: str, version: int, supported: int) -> None:
+        super().__init__(
+            f"object {name!r} has format version {version}, this durable reads "
+            f"versions up to {supported}: upgrade durable"
+        )
+        self.name = name
+        self.version = version
+
+
+class MissingGuarantee(StoreError):
+    """The backend lacks an atomic primitive a writer needs."""
+
+    def __init__(self, url: str, guarantee: str) -> None:
+        super().__init__(
+            f"cannot open a writer on {url!r}: the backend does not provide "
+            f"{guarantee}; open it read-only, or use a backend that does"
+        )
+        self.url = url
+        self.guarantee = guarantee
+
+
+class StoreNotInitialized(StoreError):
+    """A reader opened a location that holds no store (yet)."""
+
+    transient = True
+
+    def __init__(self, url: str) -> None:
+        super().__init__(f"no durable store at {url!r} (no writer has opened it yet)")
+        self.url = url
+
+
+class Fenced(StoreError):
+    """Another writer opened the store; this one must stop.
+
+    Nothing this writer commits from now on is accepted, and nothing it wrote
+    before is overwritten.
+    """
+
+    def __init__(self, url: str, seq: int) -> None:
+        super().__init__(
+            f"store {url!r} was opened by another writer (log object {seq} is "
+            "theirs): this writer is fenced and must stop; reopen to continue"
+        )
+        self.url = url
+        self.seq = seq
+
+
+class StoreClosed(StoreError):
+    """The store was closed, or stopped after an unrecoverable write failure."""
+
+    def __init__(self, url: str, reason: str = "closed") -> None:
+        super().__init__(f"store {url!r} is not usable: {reason}")
+        self.url = url
+        self.reason = reason
+
+
+class BlobMissing(StoreError, LookupError):
+    """A value's blob object is missing (a reader raced its removal)."""
+
+    transient = True
+
+    def __init__(self, name: str) -> None:
+        super().__init__(f"blob {name!r} is missing; re-read the key")
+        self.name = name
+
+
+# --------------------------------------------------------------------- queue
+
+
+class QueueError(DurableError):
+    """An error of the queue or its KV namespace."""
+
+
+class InvalidQueueName(QueueError, ValueError):
+    """A queue name is too long or not valid UTF-8."""
+
+    def __init__(self, queue: str, reason: str) -> None:
+        super().__init__(f"invalid queue name {queue!r}: {reason}")
+        self.queue = queue
+        self.reason = reason
+
+
+class InvalidId(QueueError, ValueError):
+    """An id (job id, run id) is not 1-128 bytes of ``[A-Za-z0-9_-]``."""
+
+    def __init__(self, id: str, reason: str) -> None:
+        super().__init__(f"invalid id {id!r}: {reason}")
+        self.id = id
+        self.reason = reason
+
+
+class InvalidOption(QueueError, ValueError):
+    """An option has a value out of its range."""
+
+
+class DuplicateJobId(QueueError, ValueError):
+    """An enqueue named an id that a live job already has; nothing was written."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(
+            f"job id {id!r} is already in use by a live job; nothing was written"
+        )
+        self.id = id
+
+
+class KvValueTooLarge(QueueError, ValueError):
+    """A KV value exceeds the maximum size; nothing was written."""
+
+    def __init__(self, key: bytes, size: int, max: int) -> None:
+        super().__init__(
+            f"KV value for key {key!r} is {size} bytes, the maximum is {max}; "
+            "store large data elsewhere and keep a reference"
+        )
+        self.key = key
+        self.size = size
+        self.max = max
+
+
+class ReservedKey(QueueError, ValueError):
+    """A caller KV key falls under a prefix reserved by a layer of durable."""
+
+    def __init__(self, key: bytes, prefix: bytes) -> None:
+        super().__init__(
+            f"KV key {key!r} is under the reserved prefix {prefix!r}; choose another key"
+        )
+        self.key = key
+        self.prefix = prefix
+
+
+class ConflictingKvEffect(QueueError, ValueError):
+    """A key is both written and deleted by one set of effects."""
+
+    def __init__(self, key: bytes) -> None:
+        super().__init__(f"KV key {key!r} is both put and deleted in one set of effects")
+        self.key = key
+
+
+class JobNotFound(QueueError, LookupError):
+    """The job does not exist (any more)."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(f"job {id!r} not found")
+        self.id = id
+
+
+class PayloadMissing(QueueError, LookupError):
+    """A live job's offloaded payload object is missing."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(f"payload object of job {id!r} is missing")
+        self.id = id
+
+
+class InvalidState(QueueError):
+    """The job is not in the state the operation needs."""
+
+    def __init__(self, id: str, state: str, needed: str) -> None:
+        super().__init__(f"job {id!r} is {state}, the operation needs {needed}")
+        self.id = id
+        self.state = state
+
+
+class ClaimLost(QueueError):
+    """The claim no longer holds its job (lease reaped, or already settled)."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(
+            f"claim on job {id!r} is lost (its lease was reaped or it was settled); "
+            "nothing was applied"
+        )
+        self.id = id
+
+
+class CancelRequested(QueueError):
+    """The job was asked to cancel; its lease cannot be renewed."""
+
+    def __init__(self, id: str) -> None:
+        super().__init__(f"job {id!r} was asked to cancel")
+        self.id = id

@@ -1,0 +1,1 @@
+"""The data plane: object stores, the transactional log, the queue and KV."""

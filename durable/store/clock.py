@@ -1,0 +1,114 @@
+"""Time, injected: every timestamp, timer and sleep in `durable` reads a `Clock`.
+
+`SystemClock` is the wall clock. `MockClock` is moved by hand with
+`MockClock.advance`, which also wakes the background loops sleeping on it,
+so leases, schedules, backoff and retention move together in tests.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import time
+from typing import Protocol, runtime_checkable
+
+__all__ = ["Clock", "MockClock", "SystemClock"]
+
+
+@runtime_checkable
+class Clock(Protocol):
+    """A source of time for every decision the store and engine make."""
+
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch."""
+        ...
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep for ``seconds`` of this clock's time."""
+        ...
+
+
+class SystemClock:
+    """The wall clock (`time.time`) and `asyncio.sleep`."""
+
+    def now_ms(self) -> int:
+        """Milliseconds since the Unix epoch, from the system clock."""
+        return time.time_ns() // 1_000_000
+
+    async def sleep(self, seconds: float) -> None:
+        """Sleep on the event loop's timer."""
+        await asyncio.sleep(max(0.0, seconds))
+
+    def __repr__(self) -> str:
+        return "SystemClock()"
+
+
+class MockClock:
+    """A clock that moves only when told to.
+
+    ``sleep`` suspends until `advance` moves time past the sleeper's
+    deadline. `wait_for_sleepers` lets a test wait until background tasks
+    are parked on the clock, instead of sleeping on the wall clock.
+    """
+
+    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+        self._now = int(start_ms)
+        self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
+        self._changed: asyncio.Event | None = None
+
+    def now_ms(self) -> int:
+        """The mock time in milliseconds."""
+        return self._now
+
+    def set(self, now_ms: int) -> None:
+        """Move the clock to ``now_ms`` (never backwards) and wake due sleepers."""
+        if now_ms < self._now:
+            raise ValueError(f"MockClock cannot go backwards ({now_ms} < {self._now})")
+        self._now = int(now_ms)
+        self._wake()
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds`` and wake every due sleeper."""
+        if seconds < 0:
+            raise ValueError("MockClock.advance needs a non-negative duration")
+        self.set(self._now + round(seconds * 1000))
+
+    async def sleep(self, seconds: float) -> None:
+        """Suspend until the clock has advanced by ``seconds``."""
+        deadline = self._now + max(0, round(seconds * 1000))
+        if deadline <= self._now:
+            await asyncio.sleep(0)
+            return
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
+        self._notify()
+        await fut
+
+    @property
+    def sleepers(self) -> int:
+        """How many tasks are sleeping on this clock now."""
+        return sum(1 for _, _, f in self._sleepers if not f.done())
+
+    async def wait_for_sleepers(self, count: int = 1) -> None:
+        """Wait until at least ``count`` tasks are sleeping on this clock."""
+        while self.sleepers < count:
+            if self._changed is None:
+                self._changed = asyncio.Event()
+            await self._changed.wait()
+
+    def _notify(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def _wake(self) -> None:
+        while self._sleepers and self._sleepers[0][0] <= self._now:
+            _, _, fut = heapq.heappop(self._sleepers)
+            if not fut.done():
+                fut.set_result(None)
+        self._notify()
+
+    def __repr__(self) -> str:
+        return f"MockClock(now_ms={self._now})"
