@@ -19,7 +19,8 @@ DurableError
 │   ├── StoreNotInitialized          a reader found no store at the URL (transient)
 │   ├── Fenced                       another writer opened the store
 │   ├── StoreClosed                  the store was closed or has failed
-│   └── BlobMissing                  a value's blob object is gone
+│   ├── BlobMissing                  a value's blob object is gone
+│   └── ReadOnlyStore                a write through a read-only view
 └── QueueError                       the queue and its KV namespace
     ├── InvalidQueueName, InvalidId, KvValueTooLarge,
     │   ReservedKey, ConflictingKvEffect, InvalidOption  (also ValueError)
@@ -27,7 +28,8 @@ DurableError
     ├── JobNotFound, PayloadMissing  (also LookupError)
     ├── InvalidState
     ├── ClaimLost
-    └── CancelRequested
+    ├── CancelRequested
+    └── CorruptRecord                a stored queue record cannot be decoded
 ```
 """
 
@@ -39,6 +41,7 @@ __all__ = [
     "ClaimLost",
     "ConflictingKvEffect",
     "CorruptObject",
+    "CorruptRecord",
     "DuplicateJobId",
     "DurableError",
     "Fenced",
@@ -55,6 +58,7 @@ __all__ = [
     "ObjectStoreTimeout",
     "PayloadMissing",
     "QueueError",
+    "ReadOnlyStore",
     "ReservedKey",
     "StoreClosed",
     "StoreError",
@@ -199,6 +203,21 @@ class BlobMissing(StoreError, LookupError):
         self.name = name
 
 
+class ReadOnlyStore(StoreError):
+    """A write was attempted through a read-only view (one over a `LogReader`).
+
+    Nothing was written. Permanent: write through the store's writer instead.
+    """
+
+    def __init__(self, url: str, operation: str) -> None:
+        super().__init__(
+            f"cannot {operation} through a read-only view of store {url!r}; "
+            "write through the store's writer"
+        )
+        self.url = url
+        self.operation = operation
+
+
 # --------------------------------------------------------------------- queue
 
 
@@ -232,9 +251,7 @@ class DuplicateJobId(QueueError, ValueError):
     """An enqueue named an id that a live job already has; nothing was written."""
 
     def __init__(self, id: str) -> None:
-        super().__init__(
-            f"job id {id!r} is already in use by a live job; nothing was written"
-        )
+        super().__init__(f"job id {id!r} is already in use by a live job; nothing was written")
         self.id = id
 
 
@@ -312,3 +329,16 @@ class CancelRequested(QueueError):
     def __init__(self, id: str) -> None:
         super().__init__(f"job {id!r} was asked to cancel")
         self.id = id
+
+
+class CorruptRecord(QueueError):
+    """A record the queue stored (job, history, counter) cannot be decoded.
+
+    ``where`` names the record (its key or job id). Permanent: the record is
+    left in place for inspection and skipped by background tasks.
+    """
+
+    def __init__(self, where: str, reason: str) -> None:
+        super().__init__(f"stored record {where} cannot be decoded: {reason}")
+        self.where = where
+        self.reason = reason

@@ -1,0 +1,66 @@
+"""ULID ids: 26 Crockford base-32 characters, sortable by time, monotonic.
+
+`IdGenerator` makes ids that strictly increase even when the clock does not
+advance (a frozen `MockClock`) or steps back: within one millisecond, or
+behind the last id, the random part of the last id is incremented.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from durable.errors import InvalidId
+from durable.store.clock import Clock
+
+__all__ = ["IdGenerator", "validate_id"]
+
+_ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
+_RAND_MAX = (1 << 80) - 1
+
+
+def _encode(value: int) -> str:
+    out = []
+    for _ in range(26):
+        out.append(_ALPHABET[value & 31])
+        value >>= 5
+    return "".join(reversed(out))
+
+
+class IdGenerator:
+    """Monotonic ULID text ids with timestamps from ``clock``."""
+
+    __slots__ = ("_clock", "_last_ms", "_last_rand")
+
+    def __init__(self, clock: Clock) -> None:
+        self._clock = clock
+        self._last_ms = -1
+        self._last_rand = 0
+
+    def next(self) -> str:
+        """A new id, greater than every id this generator made before."""
+        ms = self._clock.now_ms()
+        if ms <= self._last_ms:
+            ms = self._last_ms
+            rand = self._last_rand + 1
+            if rand > _RAND_MAX:  # 2**80 ids in one millisecond: borrow the next one
+                ms, rand = ms + 1, int.from_bytes(os.urandom(10), "big") >> 1
+        else:
+            rand = int.from_bytes(os.urandom(10), "big") >> 1  # room to increment
+        self._last_ms, self._last_rand = ms, rand
+        return _encode((ms << 80) | rand)
+
+
+def validate_id(value: str, what: str = "id") -> str:
+    """Check ``value`` is 1-128 bytes of ``[A-Za-z0-9_-]``; raise `InvalidId` if not."""
+    if not isinstance(value, str):
+        raise InvalidId(repr(value), f"{what} must be a str, got {type(value).__name__}")
+    if not _ID_RE.fullmatch(value):
+        reason = (
+            "must be 1 to 128 characters"
+            if not 1 <= len(value) <= 128
+            else "may contain only letters, digits, '_' and '-'"
+        )
+        raise InvalidId(value, f"{what} {reason}")
+    return value

@@ -1,0 +1,54 @@
+"""A read-only view of a store that never fences its writer.
+
+`LogReader` loads the same checkpoint and log as the writer and can
+`refresh` by reading the log objects written since. Objects trimmed under it
+by a newer checkpoint are handled by loading that checkpoint instead.
+"""
+
+from __future__ import annotations
+
+from durable.errors import ObjectNotFound, StoreNotInitialized
+from durable.store.log.format import LOG_PREFIX
+from durable.store.log.loader import consecutive_after, fetch_logs, list_seqs, load
+from durable.store.log.state import State
+from durable.store.objects.base import ObjectStore
+
+__all__ = ["LogReader"]
+
+
+class LogReader:
+    """Read-only state of a store, refreshed on demand."""
+
+    def __init__(self, objects: ObjectStore, state: State, seq: int) -> None:
+        self.objects = objects
+        self.state = state
+        self.seq = seq
+
+    @classmethod
+    async def open(cls, objects: ObjectStore) -> LogReader:
+        """Load the store; `StoreNotInitialized` if it holds no objects yet."""
+        loaded = await load(objects)
+        if loaded.empty:
+            raise StoreNotInitialized(objects.url)
+        return cls(objects, loaded.state, loaded.seq)
+
+    @property
+    def url(self) -> str:
+        """The store's location."""
+        return self.objects.url
+
+    async def refresh(self) -> int:
+        """Apply every log object written since the last refresh; return the new seq."""
+        seqs = await list_seqs(self.objects, LOG_PREFIX)
+        run, gap = consecutive_after(seqs, self.seq)
+        if gap is None and (not run or run[0] == self.seq + 1):
+            try:
+                for obj in await fetch_logs(self.objects, run):
+                    self.state.apply(obj.ops)
+                    self.seq = obj.seq
+                return self.seq
+            except ObjectNotFound:
+                pass  # trimmed under us
+        loaded = await load(self.objects)  # the log we need was trimmed: reload
+        self.state, self.seq = loaded.state, loaded.seq
+        return self.seq

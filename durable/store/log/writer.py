@@ -1,0 +1,395 @@
+"""The single writer of a store: group commit, fencing, checkpoints.
+
+A commit applies its batch to the in-memory `State` at once (so the next
+transaction reads it) and joins the *open* group. One flusher writes the
+open group as one log object, with create-if-absent under the next sequence
+number, then releases every commit in it; while it writes, the next group
+fills. A commit's awaitable resolves only once its group is on the store.
+
+Fencing: a writer opens by creating an *open marker* at the next sequence
+number. An older writer's next create then finds that name taken by bytes
+that are not its own, and it fails every commit from then on with `Fenced`.
+Markers are never deleted when the log is trimmed, so a fenced writer that
+wakes up much later still finds its next name taken.
+
+Should a group fail to reach the store (after retries for transient errors,
+or on fencing), the writer stops: memory now holds changes that may never be
+durable, so every pending and later commit fails, and the store must be
+reopened.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import Generator
+from dataclasses import dataclass
+from typing import Any
+
+from durable._logging import get_logger
+from durable.errors import (
+    Fenced,
+    MissingGuarantee,
+    ObjectExists,
+    ObjectNotFound,
+    ObjectStoreError,
+    StoreClosed,
+    StoreError,
+)
+from durable.store.log.batch import WriteBatch
+from durable.store.log.format import (
+    CKPT_PREFIX,
+    LOG_PREFIX,
+    LogObject,
+    ckpt_name,
+    decode_log,
+    encode_checkpoint,
+    encode_log,
+    log_name,
+)
+from durable.store.log.loader import list_seqs, load
+from durable.store.log.state import State
+from durable.store.objects.base import Guarantee, ObjectStore
+
+__all__ = ["Durable", "LogOptions", "LogStats", "LogWriter"]
+
+log = get_logger("durable.store.log")
+
+
+@dataclass(frozen=True, slots=True)
+class LogOptions:
+    """Tuning of a `LogWriter`."""
+
+    #: Checkpoint once this many bytes of log follow the last checkpoint, or
+    #: the size of the last checkpoint if larger (bounds write amplification).
+    checkpoint_min_bytes: int = 4 << 20
+    #: Checkpoint once this many log objects follow the last one (bounds reopen).
+    checkpoint_max_objects: int = 2000
+    #: Keep retrying a transient write failure this long before the writer stops.
+    write_retry_seconds: float = 30.0
+    #: Write a final checkpoint at `LogWriter.close`.
+    checkpoint_on_close: bool = True
+
+
+@dataclass(slots=True)
+class LogStats:
+    """Counters of a writer since it opened."""
+
+    commits: int = 0
+    log_objects: int = 0
+    log_bytes: int = 0
+    checkpoints: int = 0
+    write_retries: int = 0
+
+
+class Durable:
+    """Awaitable that resolves once a commit is on the store.
+
+    Not awaiting it is allowed (a fire-and-forget commit): the commit is
+    still written with its group. Cancelling a waiter does not cancel the
+    write.
+    """
+
+    __slots__ = ("_fut",)
+
+    def __init__(self, fut: asyncio.Future[int]) -> None:
+        self._fut = fut
+
+    def __await__(self) -> Generator[Any, None, int]:
+        return asyncio.shield(self._fut).__await__()
+
+    def done(self) -> bool:
+        """True once the commit is durable or has failed."""
+        return self._fut.done()
+
+
+def _consume(fut: asyncio.Future[int]) -> None:
+    if not fut.cancelled():
+        fut.exception()  # mark retrieved: fire-and-forget commits are allowed
+
+
+class _Group:
+    __slots__ = ("durable", "future", "nbytes", "ops", "released")
+
+    def __init__(self) -> None:
+        self.ops: list[bytes | None] = []
+        self.released: list[str] = []
+        self.nbytes = 0
+        self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
+        self.future.add_done_callback(_consume)
+        self.durable = Durable(self.future)
+
+
+class LogWriter:
+    """The one writer of a store; see the module docstring."""
+
+    def __init__(
+        self,
+        objects: ObjectStore,
+        loaded_state: State,
+        seq: int,
+        markers: list[int],
+        options: LogOptions,
+    ) -> None:
+        self.objects = objects
+        self.state = loaded_state
+        self.options = options
+        self.stats = LogStats()
+        self.writer_id = os.urandom(16)
+        self._seq = seq  # last durable log sequence number
+        self._markers = markers
+        self._open = _Group()
+        self._inflight: _Group | None = None
+        self._wakeup = asyncio.Event()
+        self._failure: StoreError | None = None
+        self._closing = False
+        self._since_objects = 0
+        self._since_bytes = 0
+        self._last_ckpt_bytes = 0
+        self._ckpt_task: asyncio.Task[None] | None = None
+        self._bg: set[asyncio.Task[None]] = set()
+        self._flusher: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------- open/close
+
+    @classmethod
+    async def open(cls, objects: ObjectStore, options: LogOptions | None = None) -> LogWriter:
+        """Load the store at ``objects`` and become its writer, fencing any other."""
+        if Guarantee.ATOMIC_CREATE not in objects.guarantees:
+            raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
+        loaded = await load(objects)
+        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options or LogOptions())
+        self._since_objects = loaded.seq - loaded.ckpt_seq
+        while True:  # claim the next sequence number with an open marker
+            seq = self._seq + 1
+            data = encode_log(seq, self.writer_id, [], marker=True)
+            other = await self._create(seq, data)
+            if other is None:
+                self._markers.append(seq)
+                self._seq = seq
+                break
+            self.state.apply(other.ops)  # another writer got there first: catch up
+            if other.marker:
+                self._markers.append(other.seq)
+            self._seq = other.seq
+        self._flusher = asyncio.create_task(self._flush_loop(), name=f"durable-flush {objects.url}")
+        log.debug("writer opened", url=objects.url, seq=self._seq, keys=len(self.state))
+        return self
+
+    async def close(self) -> None:
+        """Flush every commit, write a final checkpoint, stop. Idempotent."""
+        if self._closing:
+            if self._flusher is not None:
+                await asyncio.gather(self._flusher, return_exceptions=True)
+            return
+        self._closing = True
+        self._wakeup.set()
+        if self._flusher is not None:
+            await asyncio.gather(self._flusher, return_exceptions=True)
+        if self._ckpt_task is not None:
+            await asyncio.gather(self._ckpt_task, return_exceptions=True)
+        if self._failure is None and self.options.checkpoint_on_close and self._since_objects > 0:
+            keys, values = self.state.snapshot()
+            with contextlib.suppress(ObjectStoreError):
+                await self._checkpoint(self._seq, keys, values, list(self._markers))
+        if self._bg:
+            await asyncio.gather(*self._bg, return_exceptions=True)
+        if self._failure is None:
+            self._failure = StoreClosed(self.objects.url)
+
+    # ---------------------------------------------------------------- commits
+
+    @property
+    def url(self) -> str:
+        """The store's location."""
+        return self.objects.url
+
+    @property
+    def seq(self) -> int:
+        """The last durable log sequence number."""
+        return self._seq
+
+    @property
+    def failure(self) -> StoreError | None:
+        """Why this writer stopped, or None while it works."""
+        return self._failure
+
+    def commit(self, batch: WriteBatch) -> Durable:
+        """Apply ``batch`` now; the result resolves once it is durable.
+
+        Raises the writer's failure (`Fenced`, `StoreClosed`) at once if it
+        has stopped; nothing is applied then.
+        """
+        if self._failure is not None:
+            raise self._failure
+        if self._closing:
+            raise StoreClosed(self.objects.url, "closing")
+        ops = batch.ops
+        self.state.apply(ops)
+        g = self._open
+        g.ops.extend(ops)
+        g.released.extend(batch.released)
+        g.nbytes += sum(len(x) for x in ops if x is not None) + 8 * len(ops)
+        self.stats.commits += 1
+        self._wakeup.set()
+        return g.durable
+
+    async def flush(self) -> None:
+        """Wait until every commit made so far is durable."""
+        if self._open.ops or self._open.released:
+            await self._open.durable
+        elif self._inflight is not None:
+            await self._inflight.durable
+        elif self._failure is not None and not isinstance(self._failure, StoreClosed):
+            raise self._failure
+
+    async def checkpoint(self) -> None:
+        """Write a checkpoint of everything committed so far, then trim the log."""
+        await self.flush()
+        await self.wait_idle()
+        if self._failure is not None:
+            raise self._failure
+        keys, values = self.state.snapshot()
+        if self._open.ops:  # commits made since the flush: checkpoint after them
+            await self.flush()
+            keys, values = self.state.snapshot()
+        await self._checkpoint(self._seq, keys, values, list(self._markers))
+
+    async def wait_idle(self) -> None:
+        """Wait for the checkpoint and blob deletions in progress, if any."""
+        if self._ckpt_task is not None:
+            await asyncio.gather(self._ckpt_task, return_exceptions=True)
+        while self._bg:
+            await asyncio.gather(*self._bg, return_exceptions=True)
+
+    # ---------------------------------------------------------------- flusher
+
+    async def _flush_loop(self) -> None:
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            g = self._open
+            if not g.ops and not g.released:
+                if self._closing:
+                    return
+                continue
+            self._open = _Group()
+            self._inflight = g
+            seq = self._seq + 1
+            snapshot = self._snapshot_if_due(g.nbytes)
+            data = encode_log(seq, self.writer_id, g.ops, marker=False)
+            try:
+                other = await self._create(seq, data)
+                if other is not None:
+                    raise Fenced(self.objects.url, seq)
+            except BaseException as e:
+                self._stop(e, g)
+                if not isinstance(e, Exception):
+                    raise
+                return
+            self._seq = seq
+            self._since_objects += 1
+            self._since_bytes += len(data)
+            self.stats.log_objects += 1
+            self.stats.log_bytes += len(data)
+            g.future.set_result(seq)
+            self._inflight = None
+            if g.released:
+                self._spawn(self._delete_quietly(g.released))
+            if snapshot is not None:
+                self._ckpt_task = asyncio.create_task(
+                    self._checkpoint(seq, snapshot[0], snapshot[1], list(self._markers))
+                )
+
+    def _stop(self, e: BaseException, g: _Group) -> None:
+        if isinstance(e, Fenced | StoreClosed):
+            failure: StoreError = e
+        else:
+            failure = StoreClosed(self.objects.url, f"a log write failed: {e!r}")
+            failure.__cause__ = e
+        self._failure = failure
+        log.error("writer stopped", url=self.objects.url, error=str(failure))
+        for grp in (g, self._open):
+            if not grp.future.done():
+                grp.future.set_exception(failure)
+
+    async def _create(self, seq: int, data: bytes) -> LogObject | None:
+        """Create log object ``seq``; None once ours stands there, else theirs."""
+        name = log_name(seq)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.options.write_retry_seconds
+        delay = 0.005
+        while True:
+            try:
+                try:
+                    await self.objects.create(name, data)
+                    return None
+                except ObjectExists:
+                    existing = await self.objects.get(name)
+                    # A retried create whose first try had landed finds our bytes.
+                    return None if existing == data else decode_log(name, existing)
+            except ObjectNotFound:
+                raise Fenced(self.objects.url, seq) from None  # trimmed: a newer writer
+            except ObjectStoreError as e:
+                if not e.transient or loop.time() + delay > deadline:
+                    raise
+                self.stats.write_retries += 1
+                log.warning("log write retry", object=name, error=str(e))
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+
+    # ------------------------------------------------------------ checkpoints
+
+    def _snapshot_if_due(self, nbytes: int) -> tuple[list[bytes], list[bytes]] | None:
+        if self._ckpt_task is not None and not self._ckpt_task.done():
+            return None
+        o = self.options
+        since_objects = self._since_objects + 1
+        since_bytes = self._since_bytes + nbytes
+        if since_objects < o.checkpoint_max_objects and since_bytes < max(
+            o.checkpoint_min_bytes, self._last_ckpt_bytes
+        ):
+            return None
+        # The map now holds exactly the state after this group: snapshot it.
+        return self.state.snapshot()
+
+    async def _checkpoint(
+        self, seq: int, keys: list[bytes], values: list[bytes], markers: list[int]
+    ) -> None:
+        try:
+            data = await asyncio.to_thread(
+                encode_checkpoint, seq, self.writer_id, keys, values, markers
+            )
+            await self.objects.put(ckpt_name(seq), data)
+        except ObjectStoreError as e:
+            log.warning("checkpoint failed", url=self.objects.url, seq=seq, error=str(e))
+            return
+        self.stats.checkpoints += 1
+        self._last_ckpt_bytes = len(data)
+        self._since_objects = self._seq - seq
+        self._since_bytes = 0
+        keep = set(markers)
+        try:
+            old = [ckpt_name(s) for s in await list_seqs(self.objects, CKPT_PREFIX) if s < seq]
+            old += [
+                log_name(s)
+                for s in await list_seqs(self.objects, LOG_PREFIX)
+                if s <= seq and s not in keep
+            ]
+            await self.objects.delete(old)
+        except ObjectStoreError as e:
+            log.warning("log trim failed", url=self.objects.url, seq=seq, error=str(e))
+
+    # ------------------------------------------------------------- background
+
+    def _spawn(self, coro: Any) -> None:
+        t: asyncio.Task[None] = asyncio.create_task(coro)
+        self._bg.add(t)
+        t.add_done_callback(self._bg.discard)
+
+    async def _delete_quietly(self, names: list[str]) -> None:
+        try:
+            await self.objects.delete(names)
+        except ObjectStoreError as e:  # an orphan, never a dangling reference
+            log.warning("blob delete failed", names=names[:3], error=str(e))

@@ -1,0 +1,38 @@
+"""Test doubles for code built on `durable`, shipped in the box.
+
+- `MemoryObjectStore`: an in-process object store with atomic `create`.
+- `FaultyObjectStore`: wraps a store to add latency, failures, timeouts and
+  a simulated crash (`SimulatedCrash`) after the N-th write.
+- `MockClock`: a clock that moves only when a test advances it.
+- `ObjectStoreConformance`: the pytest suite every object-store backend
+  passes; importing it needs pytest and pytest-asyncio, the rest does not.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable.store.clock import MockClock
+from durable.store.objects.faults import FaultyObjectStore, SimulatedCrash
+from durable.store.objects.memory import MemoryObjectStore
+
+__all__ = [
+    "FaultyObjectStore",
+    "MemoryObjectStore",
+    "MockClock",
+    "ObjectStoreConformance",
+    "SimulatedCrash",
+]
+
+if TYPE_CHECKING:
+    from durable.testing.conformance import ObjectStoreConformance
+else:
+
+    def __getattr__(name: str) -> object:
+        # Imported on first use, so that the rest works without pytest. Hidden
+        # from type checkers, which then still catch misspelt names.
+        if name == "ObjectStoreConformance":
+            from durable.testing.conformance import ObjectStoreConformance
+
+            return ObjectStoreConformance
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
