@@ -1,0 +1,55 @@
+"""A writer process for the crash and fencing tests (run as a script).
+
+python log_child.py ROOT commit   # awaited commits forever; prints "ack N" after each
+python log_child.py ROOT fence    # opens, commits one key, prints "ready", waits for a
+                                  # line on stdin, commits again, prints the outcome
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+
+from durable.errors import Fenced
+from durable.store.log import LogOptions, LogWriter, WriteBatch
+from durable.store.objects import LocalObjectStore
+
+
+async def commit_forever(root: str) -> None:
+    w = await LogWriter.open(LocalObjectStore(root), LogOptions(checkpoint_max_objects=50))
+    n = int(w.state.get(b"next") or b"0")
+    inflight: set[asyncio.Task[None]] = set()
+
+    async def one(i: int) -> None:
+        batch = WriteBatch().put(b"k%08d" % i, b"v%d" % i).put(b"next", b"%d" % (i + 1))
+        await w.commit(batch)
+        sys.stdout.write(f"ack {i}\n")
+        sys.stdout.flush()
+
+    while True:  # up to 8 concurrent committers: groups of several commits
+        while len(inflight) < 8:
+            t = asyncio.create_task(one(n))
+            inflight.add(t)
+            t.add_done_callback(inflight.discard)
+            n += 1
+        await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+
+
+async def fence(root: str, tag: str) -> None:
+    w = await LogWriter.open(LocalObjectStore(root))
+    await w.commit(WriteBatch().put(b"writer-" + tag.encode(), b"1"))
+    print("ready", flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    try:
+        await w.commit(WriteBatch().put(b"late-" + tag.encode(), b"1"))
+        print("committed", flush=True)
+    except Fenced:
+        print("fenced", flush=True)
+
+
+if __name__ == "__main__":
+    root, mode = sys.argv[1], sys.argv[2]
+    if mode == "commit":
+        asyncio.run(commit_forever(root))
+    else:
+        asyncio.run(fence(root, sys.argv[3]))

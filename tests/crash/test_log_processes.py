@@ -1,0 +1,89 @@
+"""Real processes: kill -9 of a committing writer, and fencing across processes."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from durable.store.log import LogReader, LogWriter
+from durable.store.objects import LocalObjectStore
+
+CHILD = str(Path(__file__).with_name("log_child.py"))
+pytestmark = pytest.mark.slow
+
+
+def spawn(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen(
+        [sys.executable, CHILD, *args],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+
+
+def reap(proc: subprocess.Popen[str]) -> None:
+    proc.wait(timeout=30)
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            f.close()
+
+
+def read_acks_until(proc: subprocess.Popen[str], count: int) -> list[int]:
+    assert proc.stdout is not None
+    acks = []
+    while len(acks) < count:
+        line = proc.stdout.readline()
+        assert line, "child exited early"
+        acks.append(int(line.split()[1]))
+    return acks
+
+
+async def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    rng = random.Random(7)
+    acked: set[int] = set()
+    for _ in range(20):
+        proc = spawn(root, "commit")
+        acked.update(read_acks_until(proc, rng.randint(1, 120)))
+        os.kill(proc.pid, signal.SIGKILL)  # mid-traffic: commits are in flight
+        assert proc.stdout is not None
+        acked.update(int(line.split()[1]) for line in proc.stdout.read().splitlines())
+        reap(proc)
+        w = await LogWriter.open(LocalObjectStore(root))  # opens cleanly every time
+        missing = [i for i in acked if w.state.get(b"k%08d" % i) != b"v%d" % i]
+        assert missing == []
+        await w.close()
+    assert len(acked) > 200
+
+
+async def test_second_process_fences_the_first(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    a = spawn(root, "fence", "a")
+    assert a.stdout is not None
+    assert a.stdin is not None
+    assert a.stdout.readline().strip() == "ready"
+    b = spawn(root, "fence", "b")
+    assert b.stdout is not None
+    assert b.stdin is not None
+    assert b.stdout.readline().strip() == "ready"
+    a.stdin.write("go\n")
+    a.stdin.flush()
+    assert a.stdout.readline().strip() == "fenced"
+    b.stdin.write("go\n")
+    b.stdin.flush()
+    assert b.stdout.readline().strip() == "committed"
+    assert a.wait(timeout=30) == 0
+    assert b.wait(timeout=30) == 0
+    reap(a)
+    reap(b)
+    r = await LogReader.open(LocalObjectStore(root))
+    assert r.state.get(b"writer-a") == b"1"  # a's commit before b opened survives
+    assert r.state.get(b"writer-b") == b"1"
+    assert r.state.get(b"late-b") == b"1"
+    assert r.state.get(b"late-a") is None  # the fenced commit never landed
