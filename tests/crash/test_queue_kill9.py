@@ -1,0 +1,63 @@
+"""kill -9 of a real queue process at random moments of enqueue/claim/ack traffic."""
+
+from __future__ import annotations
+
+import os
+import random
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from durable.store.objects import LocalObjectStore
+from durable.store.queue import JobStatus, OpenOptions, Queue
+
+sys.path.insert(0, str(Path(__file__).parent))
+from queue_child import CONFIG, QUEUE, payload_of  # noqa: E402
+
+CHILD = str(Path(__file__).with_name("queue_child.py"))
+pytestmark = pytest.mark.slow
+
+
+def run_and_kill(root: str, tag: str, lines: int) -> list[tuple[str, str]]:
+    """Start a child, read ``lines`` events, kill -9 it, return every event it printed."""
+    proc = subprocess.Popen([sys.executable, CHILD, root, tag], stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    events = []
+    while len(events) < lines:
+        line = proc.stdout.readline()
+        assert line, f"child exited early with {proc.wait()}"
+        events.append(tuple(line.split()))
+    os.kill(proc.pid, signal.SIGKILL)
+    events += [tuple(line.split()) for line in proc.stdout.read().splitlines()]
+    proc.wait(timeout=30)
+    proc.stdout.close()
+    return [(e[0], e[1]) for e in events if len(e) == 2]
+
+
+async def test_every_returned_operation_survives_kill_9(tmp_path: Path) -> None:
+    root = str(tmp_path / "store")
+    rng = random.Random(20261130)
+    enqueued: set[str] = set()
+    acked: set[str] = set()
+    for round_ in range(20):
+        events = run_and_kill(root, f"r{round_}", rng.randint(5, 400))
+        enqueued |= {job for what, job in events if what == "E"}
+        acked |= {job for what, job in events if what == "A"}
+        options = OpenOptions(default_queue_config=CONFIG)
+        q = await Queue.open(LocalObjectStore(root), options)  # must open cleanly
+        stats = q.stats(QUEUE)
+        assert stats.claimed == 0  # interrupted claims were requeued at open
+        for job_id in enqueued:
+            record = await q.get_job(job_id)
+            assert record is not None, f"enqueued job {job_id} was lost"
+            assert record.payload == payload_of(job_id)
+            if job_id in acked:
+                assert record.status is JobStatus.DONE, f"acked job {job_id} is {record.status}"
+            else:
+                assert record.status in (JobStatus.PENDING, JobStatus.DONE)
+        await q.close()
+    assert len(enqueued) > 500
+    assert len(acked) > 100
