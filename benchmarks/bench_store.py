@@ -76,7 +76,7 @@ async def bench_reopen(objects: ObjectStore, jobs: int) -> dict[str, float]:
     t0 = time.perf_counter()
     q = await Queue.open(objects, OpenOptions())
     elapsed = time.perf_counter() - t0
-    stats = await q.stats("bench")
+    stats = q.stats("bench")
     assert stats.pending == jobs, stats
     claim = await q.claim("bench", 30.0)
     assert claim is not None

@@ -15,7 +15,7 @@ from durable.store.objects import LocalObjectStore
 from durable.store.queue import JobStatus, OpenOptions, Queue
 
 sys.path.insert(0, str(Path(__file__).parent))
-from queue_child import CONFIG, QUEUE, payload_of  # noqa: E402
+from queue_child import CONFIG, QUEUE, payload_of
 
 CHILD = str(Path(__file__).with_name("queue_child.py"))
 pytestmark = pytest.mark.slow

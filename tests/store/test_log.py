@@ -424,3 +424,24 @@ def test_reopen_equals_the_model(
         await w.close()
 
     asyncio.run(run())
+
+
+async def test_close_right_after_a_commit_flushes_it(make_objects: Factory) -> None:
+    w = await LogWriter.open(make_objects())
+    await asyncio.sleep(0)  # the flusher is parked on its wakeup
+    d = w.commit(put(b"a", b"1"))
+    await asyncio.wait_for(w.close(), timeout=10)
+    assert d.done()
+    r = await LogReader.open(make_objects())
+    assert r.state.get(b"a") == b"1"
+
+
+async def test_reader_catches_up_when_its_whole_tail_was_trimmed(make_objects: Factory) -> None:
+    w = await LogWriter.open(make_objects())
+    await w.commit(put(b"a", b"1"))
+    r = await LogReader.open(make_objects())
+    await w.commit(put(b"b", b"2"))
+    await w.checkpoint()  # trims every log object the reader has not read
+    await r.refresh()
+    assert r.state.get(b"b") == b"2"
+    await w.close()

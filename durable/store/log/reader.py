@@ -8,7 +8,7 @@ by a newer checkpoint are handled by loading that checkpoint instead.
 from __future__ import annotations
 
 from durable.errors import ObjectNotFound, StoreNotInitialized
-from durable.store.log.format import LOG_PREFIX
+from durable.store.log.format import CKPT_PREFIX, LOG_PREFIX
 from durable.store.log.loader import consecutive_after, fetch_logs, list_seqs, load
 from durable.store.log.state import State
 from durable.store.objects.base import ObjectStore
@@ -39,9 +39,11 @@ class LogReader:
 
     async def refresh(self) -> int:
         """Apply every log object written since the last refresh; return the new seq."""
+        ckpts = await list_seqs(self.objects, CKPT_PREFIX)
         seqs = await list_seqs(self.objects, LOG_PREFIX)
         run, gap = consecutive_after(seqs, self.seq)
-        if gap is None and (not run or run[0] == self.seq + 1):
+        trimmed = bool(ckpts) and ckpts[-1] > self.seq and not run
+        if gap is None and not trimmed:
             try:
                 for obj in await fetch_logs(self.objects, run):
                     self.state.apply(obj.ops)

@@ -267,7 +267,8 @@ class LogWriter:
 
     async def _flush_loop(self) -> None:
         while True:
-            await self._wakeup.wait()
+            if not self._closing:
+                await self._wakeup.wait()
             self._wakeup.clear()
             g = self._open
             if not g.ops and not g.released:

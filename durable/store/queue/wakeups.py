@@ -1,0 +1,104 @@
+"""Wakeups of workers waiting for a queue to get a pending job.
+
+One `Notify` per queue, with the semantics of a single-permit notifier:
+`Notify.notify_one` wakes one subscribed waiter, or stores one permit when
+nobody waits, which the next subscription consumes at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections import deque
+from typing import Any
+
+from durable.store.clock import Clock
+from durable.store.queue.options import MAX_WAKEUPS_PER_INSERT
+
+__all__ = ["Notify", "Wakeups", "wait_or_sleep"]
+
+
+class Notify:
+    """Wake one waiter per notification; remember one when nobody waits."""
+
+    __slots__ = ("_permit", "_waiters")
+
+    def __init__(self) -> None:
+        self._waiters: deque[asyncio.Future[None]] = deque()
+        self._permit = False
+
+    def notify_one(self) -> None:
+        """Wake the oldest waiter, or store a permit."""
+        while self._waiters:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                fut.set_result(None)
+                return
+        self._permit = True
+
+    def subscribe(self) -> asyncio.Future[None]:
+        """A future resolved by a notification (at once if a permit is stored)."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._permit:
+            self._permit = False
+            fut.set_result(None)
+        else:
+            self._waiters.append(fut)
+        return fut
+
+    def unsubscribe(self, fut: asyncio.Future[None]) -> None:
+        """Withdraw a subscription; a notification it already took is passed on."""
+        if fut.done():
+            if not fut.cancelled():
+                self.notify_one()
+            return
+        fut.cancel()
+        with contextlib.suppress(ValueError):
+            self._waiters.remove(fut)
+
+
+class Wakeups:
+    """The `Notify` of every queue."""
+
+    def __init__(self) -> None:
+        self._by_queue: dict[str, Notify] = {}
+
+    def of(self, queue: str) -> Notify:
+        """The notifier of ``queue``."""
+        n = self._by_queue.get(queue)
+        if n is None:
+            n = self._by_queue[queue] = Notify()
+        return n
+
+    def inserted(self, queue: str, count: int = 1) -> None:
+        """Record ``count`` new pending jobs in ``queue``: wake up to 64 waiters."""
+        n = self.of(queue)
+        for _ in range(min(count, MAX_WAKEUPS_PER_INSERT)):
+            n.notify_one()
+
+
+async def wait_or_sleep(clock: Clock, fut: asyncio.Future[Any], seconds: float | None) -> bool:
+    """Wait for ``fut`` at most ``seconds`` of ``clock`` time; True if it resolved.
+
+    ``seconds`` None waits without limit. ``fut`` is not cancelled here.
+    """
+    if fut.done():
+        return True
+    if seconds is None:
+        await asyncio.shield(fut)
+        return True
+    if seconds <= 0:
+        return False
+    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    try:
+        await asyncio.wait({fut, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not sleeper.done():
+            sleeper.cancel()
+            try:
+                await sleeper
+            except asyncio.CancelledError:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    raise  # our caller is being cancelled, not just the sleeper
+    return fut.done() and not fut.cancelled()

@@ -1,0 +1,272 @@
+"""The worker loop: claim a job, process it, settle it (semantics 1.27).
+
+A `Worker` turns one claimed job into its settlement:
+
+- `Worker.process` returns (effects or None): ``ack_with(claim, effects)``;
+- it raises `PermanentFailure`: ``dead_letter_with(claim, reason, effects)``;
+- it raises any other `Exception`: ``nack_with(claim, str(error), effects)``,
+  which retries the job or, on its last attempt, dead-letters it (the
+  effects apply only then);
+- `FailWith` ``(error, effects)`` carries effects on either failure path:
+  the wrapped ``error`` decides which.
+
+Processing is never interrupted by shutdown. A settlement that fails (most
+often `ClaimLost`: the lease ran out and the job was requeued) is logged and
+the loop goes on; a claim that fails ends the loop with its error. The job
+is at least once either way, so ``process`` must be idempotent.
+
+`run_worker` handles one job at a time; `run_worker_concurrent` up to
+``concurrency`` at once, claiming batches sized to its free capacity. When
+``shutdown`` is set both stop claiming, finish the jobs they hold, and
+return. Cancelling a loop cancels the jobs it is running (their leases then
+run out and the jobs are claimed again).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from typing import Any, Protocol
+
+from durable._logging import get_logger
+from durable.store.queue.effects import SettlementEffects
+from durable.store.queue.leases import Claim, LeaseHandle
+
+__all__ = [
+    "FailWith",
+    "PermanentFailure",
+    "Worker",
+    "WorkerQueue",
+    "run_worker",
+    "run_worker_concurrent",
+]
+
+log = get_logger("durable.worker")
+
+
+class PermanentFailure(Exception):
+    """Raise from `Worker.process` to dead-letter the job now, without retries.
+
+    ``reason`` becomes the dead record's error; ``effects`` commit with the
+    dead-letter.
+    """
+
+    def __init__(self, reason: str, effects: SettlementEffects | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.effects = effects
+
+    def __str__(self) -> str:
+        return self.reason
+
+
+class FailWith(Exception):
+    """Raise from `Worker.process` to fail the job and carry ``effects``.
+
+    ``error`` decides the path: a `PermanentFailure` dead-letters the job
+    (these ``effects`` replace its own), anything else nacks it (the effects
+    apply only if that nack exhausts the job's attempts).
+    """
+
+    def __init__(self, error: Exception, effects: SettlementEffects) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.effects = effects
+
+
+class Worker(Protocol):
+    """Processes claimed jobs; see the module docstring for the outcomes."""
+
+    async def process(self, job: Claim, lease: LeaseHandle) -> SettlementEffects | None:
+        """Do the job's work; ``lease`` extends the claim for long work."""
+        ...
+
+
+class WorkerQueue(Protocol):
+    """The part of `Queue` the worker loops use."""
+
+    async def claim(self, queue: str, /) -> Claim | None: ...
+
+    async def claim_batch(self, queue: str, n: int, /) -> list[Claim]: ...
+
+    async def wait_for_jobs_on(self, queue: str, max_wait_seconds: float, /) -> bool: ...
+
+    async def ack_with(self, claim: Claim, effects: SettlementEffects, /) -> object: ...
+
+    async def nack_with(
+        self, claim: Claim, error: str, effects: SettlementEffects, /
+    ) -> object: ...
+
+    async def dead_letter_with(
+        self, claim: Claim, reason: str, effects: SettlementEffects, /
+    ) -> object: ...
+
+
+# ------------------------------------------------------------------ settling
+
+
+def _describe(error: BaseException) -> str:
+    """The error text stored on the job: ``str(error)``, or its type if empty."""
+    return str(error) or type(error).__name__
+
+
+async def _process_and_settle(
+    queue: WorkerQueue, worker: Worker, claim: Claim, logger: Any
+) -> None:
+    """Process one claim and settle it; settlement errors are logged, not raised."""
+    jlog = logger.bind(job=claim.id, attempt=claim.record.attempts)
+    try:
+        effects = await worker.process(claim, claim.lease)
+    except Exception as e:
+        effects, error = None, e
+        if isinstance(error, FailWith):
+            effects, error = error.effects, error.error
+        try:
+            if isinstance(error, PermanentFailure):
+                reason = _describe(error)
+                if effects is None:
+                    effects = error.effects
+                jlog.info("job failed permanently", reason=reason)
+                await queue.dead_letter_with(claim, reason, effects or SettlementEffects())
+            else:
+                text = _describe(error)
+                jlog.info("job failed", error=text, exc_info=error)
+                await queue.nack_with(claim, text, effects or SettlementEffects())
+        except Exception as settle_error:
+            jlog.warning("job settlement failed", error=_describe(settle_error))
+        return
+    if effects is not None and not isinstance(effects, SettlementEffects):
+        jlog.error("worker returned a non-SettlementEffects value", value=repr(effects))
+        try:
+            await queue.nack_with(
+                claim,
+                f"worker returned {type(effects).__name__}, not SettlementEffects or None",
+                SettlementEffects(),
+            )
+        except Exception as settle_error:
+            jlog.warning("job settlement failed", error=_describe(settle_error))
+        return
+    try:
+        await queue.ack_with(claim, effects or SettlementEffects())
+    except Exception as settle_error:
+        jlog.warning("job settlement failed", error=_describe(settle_error))
+
+
+async def _wait_for_work(
+    queue: WorkerQueue,
+    name: str,
+    poll_interval: float,
+    stop: asyncio.Future[Any],
+    others: set[asyncio.Task[None]] | None = None,
+) -> None:
+    """Wait for a wakeup on ``name``, the poll interval, ``stop`` or one of ``others``."""
+    wake = asyncio.ensure_future(queue.wait_for_jobs_on(name, poll_interval))
+    try:
+        await asyncio.wait({wake, stop, *(others or ())}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        if not wake.done():
+            wake.cancel()
+        await asyncio.gather(wake, return_exceptions=True)
+    if not wake.cancelled():
+        wake.result()  # a failed wait ends the loop, like a failed claim
+
+
+def _check(name: str, poll_interval: float) -> None:
+    if not isinstance(name, str):
+        raise TypeError(f"name must be the queue name (a str), not {type(name).__name__}")
+    if not (isinstance(poll_interval, int | float) and math.isfinite(poll_interval)) or (
+        poll_interval <= 0
+    ):
+        raise ValueError(
+            f"poll_interval must be a positive number of seconds, got {poll_interval!r}"
+        )
+
+
+# --------------------------------------------------------------------- loops
+
+
+async def run_worker(
+    queue: WorkerQueue,
+    worker: Worker,
+    *,
+    name: str,
+    poll_interval: float,
+    shutdown: asyncio.Event,
+) -> None:
+    """Process jobs of queue ``name`` one at a time until ``shutdown`` is set.
+
+    Claims with the queue's lease duration. When the queue is empty, waits
+    for a new job, ``poll_interval`` seconds (of the queue's clock) or
+    ``shutdown``, whichever comes first; that wait is the only thing
+    shutdown interrupts. A claim error ends the loop with that error.
+    """
+    _check(name, poll_interval)
+    logger = log.bind(queue=name)
+    stop = asyncio.ensure_future(shutdown.wait())
+    try:
+        while not shutdown.is_set():
+            claim = await queue.claim(name)
+            if claim is not None:
+                await _process_and_settle(queue, worker, claim, logger)
+            else:
+                await _wait_for_work(queue, name, poll_interval, stop)
+    finally:
+        stop.cancel()
+        await asyncio.gather(stop, return_exceptions=True)
+    logger.debug("worker stopped")
+
+
+async def run_worker_concurrent(
+    queue: WorkerQueue,
+    worker: Worker,
+    *,
+    name: str,
+    concurrency: int,
+    poll_interval: float,
+    shutdown: asyncio.Event,
+) -> None:
+    """Process up to ``concurrency`` jobs of queue ``name`` at once until ``shutdown``.
+
+    Claims batches sized to the free capacity, with the queue's lease
+    duration, and runs each job in its own task. On shutdown stops claiming
+    and waits for every running job to settle, however long that takes. A
+    claim error stops claiming too: the running jobs finish, then the error
+    is raised. An unexpected error inside a job's task is logged.
+    """
+    _check(name, poll_interval)
+    if isinstance(concurrency, bool) or not isinstance(concurrency, int) or concurrency < 1:
+        raise ValueError(f"concurrency must be an int >= 1, got {concurrency!r}")
+    logger = log.bind(queue=name, concurrency=concurrency)
+    stop = asyncio.ensure_future(shutdown.wait())
+    running: set[asyncio.Task[None]] = set()
+
+    def finished(task: asyncio.Task[None]) -> None:
+        running.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            logger.error("job task crashed", error=_describe(error), exc_info=error)
+
+    try:
+        while not shutdown.is_set():
+            free = concurrency - len(running)
+            if free > 0:
+                claims = await queue.claim_batch(name, free)
+                for claim in claims:
+                    task = asyncio.create_task(
+                        _process_and_settle(queue, worker, claim, logger),
+                        name=f"durable-worker {name} {claim.id}",
+                    )
+                    running.add(task)
+                    task.add_done_callback(finished)
+                if len(claims) == free:
+                    continue  # the queue may hold more: claim again, or wait for a slot
+                await _wait_for_work(queue, name, poll_interval, stop, running)
+            else:
+                await asyncio.wait({stop, *running}, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        for task in running:
+            task.cancel()
+        raise
+    finally:
+        stop.cancel()
+        await asyncio.gather(stop, *running, return_exceptions=True)
+    logger.debug("worker stopped")

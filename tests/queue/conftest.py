@@ -1,0 +1,63 @@
+"""Fixtures of the queue tests: every test runs on a memory and a local store.
+
+Time is a `MockClock`; the background loops get hour-long intervals unless a
+test asks otherwise, so `reap_now` / `promote_scheduled_now` / `sweep_now`
+decide alone what happens and when.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from durable.store.clock import MockClock
+from durable.store.objects import LocalObjectStore, MemoryObjectStore
+from durable.store.objects.base import ObjectStore
+from durable.store.queue import OpenOptions, Queue
+
+Factory = Callable[[], ObjectStore]
+Opener = Callable[..., Awaitable[Queue]]
+
+HOUR = 3600.0
+
+
+@pytest.fixture(params=["memory", "local"])
+def make_objects(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
+    """Handles on ONE object store (each call is like another process's handle)."""
+    if request.param == "memory":
+        shared = MemoryObjectStore()
+        return lambda: shared
+    return lambda: LocalObjectStore(tmp_path / "store")
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    return MockClock()
+
+
+@pytest.fixture
+async def open_queue(make_objects: Factory, clock: MockClock) -> AsyncIterator[Opener]:
+    """Open a `Queue` on the shared store; every queue opened is closed at teardown."""
+    opened: list[Queue] = []
+
+    async def _open(**options: Any) -> Queue:
+        options.setdefault("clock", clock)
+        options.setdefault("reaper_interval", HOUR)
+        options.setdefault("scheduler_interval", HOUR)
+        q = await Queue.open(make_objects(), OpenOptions(**options))
+        opened.append(q)
+        return q
+
+    yield _open
+    for q in reversed(opened):
+        with contextlib.suppress(Exception):
+            await q.close()
+
+
+@pytest.fixture
+async def queue(open_queue: Opener) -> Queue:
+    return await open_queue()
