@@ -4,6 +4,7 @@
 - `FaultyObjectStore`: wraps a store to add latency, failures, timeouts and
   a simulated crash (`SimulatedCrash`) after the N-th write.
 - `MockClock`: a clock that moves only when a test advances it.
+- `capture_logs`: collect the structured events `durable` logs in a block.
 - `ObjectStoreConformance`: the pytest suite every object-store backend
   passes; importing it needs pytest and pytest-asyncio, the rest does not.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from durable._logging import capture_logs
 from durable.store.clock import MockClock
 from durable.store.objects.faults import FaultyObjectStore, SimulatedCrash
 from durable.store.objects.memory import MemoryObjectStore
@@ -22,6 +24,7 @@ __all__ = [
     "MockClock",
     "ObjectStoreConformance",
     "SimulatedCrash",
+    "capture_logs",
 ]
 
 if TYPE_CHECKING:

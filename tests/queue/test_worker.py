@@ -7,7 +7,6 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from durable.store.clock import MockClock
 from durable.store.kv import KvNamespace
@@ -26,6 +25,7 @@ from durable.store.queue.worker import (
     run_worker,
     run_worker_concurrent,
 )
+from durable.testing import capture_logs
 
 Behaviour = Callable[[Claim], Awaitable[SettlementEffects | None]]
 Opener = Callable[..., Awaitable[Queue]]
