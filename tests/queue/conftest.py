@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from durable.store.clock import MockClock
-from durable.store.objects import LocalObjectStore, MemoryObjectStore
 from durable.store.objects.base import ObjectStore
 from durable.store.queue import OpenOptions, Queue
 
@@ -23,15 +21,6 @@ Factory = Callable[[], ObjectStore]
 Opener = Callable[..., Awaitable[Queue]]
 
 HOUR = 3600.0
-
-
-@pytest.fixture(params=["memory", "local"])
-def make_objects(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
-    """Handles on ONE object store (each call is like another process's handle)."""
-    if request.param == "memory":
-        shared = MemoryObjectStore()
-        return lambda: shared
-    return lambda: LocalObjectStore(tmp_path / "store")
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -21,29 +20,12 @@ from durable.store.expiry import (
 from durable.store.keyspace import PENDING, USER
 from durable.store.kv import KvEffects, KvNamespace
 from durable.store.log import LogReader, LogWriter, State, WriteBatch
-from durable.store.objects import LocalObjectStore, MemoryObjectStore
 from durable.store.objects.base import ObjectStore
 
 Factory = Callable[[], ObjectStore]
 P = b"idx/"
 RETENTION = 60.0  # seconds
 RET_MS = 60_000
-
-
-@pytest.fixture(params=["memory", "local"])
-def make_objects(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
-    """A factory of handles on ONE object store (a new handle is like a new process)."""
-    if request.param == "memory":
-        shared = MemoryObjectStore()
-        return lambda: shared
-    return lambda: LocalObjectStore(tmp_path / "store")
-
-
-@pytest.fixture
-async def writer(make_objects: Factory) -> AsyncIterator[LogWriter]:
-    w = await LogWriter.open(make_objects())
-    yield w
-    await w.close()
 
 
 @pytest.fixture

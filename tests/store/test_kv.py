@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 
@@ -22,29 +21,11 @@ from durable.store.kv import KvEffects, KvNamespace, KvPage
 from durable.store.log import LogOptions, LogReader, LogWriter, State, WriteBatch
 from durable.store.objects import (
     FaultyObjectStore,
-    LocalObjectStore,
-    MemoryObjectStore,
 )
 from durable.store.objects.base import ObjectStore
 
 Factory = Callable[[], ObjectStore]
 RESERVED = (b"workflow/", b"jobs/")
-
-
-@pytest.fixture(params=["memory", "local"])
-def make_objects(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
-    """A factory of handles on ONE object store (a new handle is like a new process)."""
-    if request.param == "memory":
-        shared = MemoryObjectStore()
-        return lambda: shared
-    return lambda: LocalObjectStore(tmp_path / "store")
-
-
-@pytest.fixture
-async def writer(make_objects: Factory) -> AsyncIterator[LogWriter]:
-    w = await LogWriter.open(make_objects())
-    yield w
-    await w.close()
 
 
 @pytest.fixture

@@ -3,8 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
-from pathlib import Path
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -23,26 +22,10 @@ from durable.store.framing import Kind, frame
 from durable.store.log import LogOptions, LogReader, LogWriter, WriteBatch
 from durable.store.log.blobs import BlobStore
 from durable.store.log.format import CKPT_PREFIX, LOG_PREFIX, log_name
-from durable.store.objects import FaultyObjectStore, LocalObjectStore, MemoryObjectStore
+from durable.store.objects import FaultyObjectStore, MemoryObjectStore
 from durable.store.objects.base import Guarantee, ObjectStore
 
 Factory = Callable[[], ObjectStore]
-
-
-@pytest.fixture(params=["memory", "local"])
-def make_objects(request: pytest.FixtureRequest, tmp_path: Path) -> Factory:
-    """A factory of handles on ONE shared object store (like two processes)."""
-    if request.param == "memory":
-        shared = MemoryObjectStore()
-        return lambda: shared
-    return lambda: LocalObjectStore(tmp_path / "store")
-
-
-@pytest.fixture
-async def writer(make_objects: Factory) -> AsyncIterator[LogWriter]:
-    w = await LogWriter.open(make_objects())
-    yield w
-    await w.close()
 
 
 def put(key: bytes, value: bytes) -> WriteBatch:
