@@ -1,0 +1,1 @@
+"""``@workflow``, ``@step`` and ``@job`` on top of the engine: being built."""

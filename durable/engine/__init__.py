@@ -1,0 +1,1 @@
+"""The workflow runtime (runs, steps, signals, hooks, groups, jobs): being built."""

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from durable.store.objects import LocalObjectStore
-from durable.store.queue import JobStatus, OpenOptions, Queue
+from durable.store.queue import JobStatus, OpenOptions, Queue, QueueReader
 
 sys.path.insert(0, str(Path(__file__).parent))
 from queue_child import CONFIG, QUEUE, payload_of
@@ -21,15 +21,39 @@ CHILD = str(Path(__file__).with_name("queue_child.py"))
 pytestmark = pytest.mark.slow
 
 
-def run_and_kill(root: str, tag: str, lines: int) -> list[tuple[str, str]]:
-    """Start a child, read ``lines`` events, kill -9 it, return every event it printed."""
-    proc = subprocess.Popen([sys.executable, CHILD, root, tag], stdout=subprocess.PIPE, text=True)
+def read_events(proc: subprocess.Popen[str], count: int) -> list[tuple[str, ...]]:
     assert proc.stdout is not None
     events = []
-    while len(events) < lines:
+    while len(events) < count:
         line = proc.stdout.readline()
         assert line, f"child exited early with {proc.wait()}"
         events.append(tuple(line.split()))
+    return events
+
+
+async def check_reader_sees(root: str, enqueued: set[str]) -> None:
+    """A read-only view in this process sees the live writer's commits, never fencing it."""
+    reader = await QueueReader.open(LocalObjectStore(root))
+    await reader.refresh()
+    for job_id in enqueued:
+        record = reader.job_record(job_id)
+        assert record is not None, f"reader does not see enqueued job {job_id}"
+
+
+async def run_and_kill(root: str, tag: str, lines: int) -> list[tuple[str, str]]:
+    """Start a child, read ``lines`` events, kill -9 it, return every event it printed.
+
+    Half-way, a reader in this process checks what the child reported so
+    far; the child must go on working afterwards (readers never fence).
+    """
+    # Blocking reads of the child's pipe are fine: this loop runs nothing else.
+    proc = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, CHILD, root, tag], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    events = read_events(proc, lines // 2)
+    await check_reader_sees(root, {e[1] for e in events if e[0] == "E"})
+    events += read_events(proc, lines - lines // 2 + 5)  # still writing after the read
     os.kill(proc.pid, signal.SIGKILL)
     events += [tuple(line.split()) for line in proc.stdout.read().splitlines()]
     proc.wait(timeout=30)
@@ -43,7 +67,7 @@ async def test_every_returned_operation_survives_kill_9(tmp_path: Path) -> None:
     enqueued: set[str] = set()
     acked: set[str] = set()
     for round_ in range(20):
-        events = run_and_kill(root, f"r{round_}", rng.randint(5, 400))
+        events = await run_and_kill(root, f"r{round_}", rng.randint(5, 400))
         enqueued |= {job for what, job in events if what == "E"}
         acked |= {job for what, job in events if what == "A"}
         options = OpenOptions(default_queue_config=CONFIG)
