@@ -428,3 +428,39 @@ async def test_reader_catches_up_when_its_whole_tail_was_trimmed(make_objects: F
     await r.refresh()
     assert r.state.get(b"b") == b"2"
     await w.close()
+
+
+async def test_writer_refused_on_a_backend_that_ignores_create_preconditions() -> None:
+    class IgnoresPreconditions(MemoryObjectStore):
+        """Claims atomic create but overwrites, like gcp-storage-emulator."""
+
+        async def create(self, name: str, data: bytes) -> None:
+            await self.put(name, data)
+
+    objects = IgnoresPreconditions()
+    with pytest.raises(MissingGuarantee) as exc:
+        await LogWriter.open(objects)
+    assert "second create" in str(exc.value)
+    assert await objects.list("") == []  # the probe cleaned up; nothing else written
+
+
+async def test_writer_refused_on_a_plain_fsspec_filesystem_reader_allowed() -> None:
+    import fsspec
+    from fsspec.implementations.asyn_wrapper import AsyncFileSystemWrapper
+
+    from durable.store.objects.fsspec_store import FsspecObjectStore
+
+    fs = fsspec.filesystem("memory", skip_instance_cache=True)
+    fs.store = {}  # fsspec's memory store is process-global: make it private
+    fs.pseudo_dirs = [""]
+    plain = FsspecObjectStore(AsyncFileSystemWrapper(fs), "plain", "memory://plain")
+    with pytest.raises(MissingGuarantee):
+        await LogWriter.open(plain)
+    shared = MemoryObjectStore()
+    w = await LogWriter.open(shared)
+    await w.commit(put(b"a", b"1"))
+    await w.close()
+    for name in await shared.list(""):
+        await plain.put(name, await shared.get(name))
+    r = await LogReader.open(plain)
+    assert r.state.get(b"a") == b"1"

@@ -52,7 +52,7 @@ from durable.store.log.loader import list_seqs, load
 from durable.store.log.state import State
 from durable.store.objects.base import Guarantee, ObjectStore
 
-__all__ = ["Durable", "LogOptions", "LogStats", "LogWriter"]
+__all__ = ["Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
 
 log = get_logger("durable.store.log")
 
@@ -121,6 +121,28 @@ class _Group:
         self.durable = Durable(self.future)
 
 
+async def probe_atomic_create(objects: ObjectStore) -> None:
+    """Check that a second create of one name fails; `MissingGuarantee` if not.
+
+    Catches backends that accept a create-if-absent but do not honour it
+    (gcp-storage-emulator, some proxies), before anything is written.
+    """
+    name = f"probe/{os.urandom(12).hex()}"
+    await objects.create(name, b"first")
+    try:
+        try:
+            await objects.create(name, b"second")
+        except ObjectExists:
+            if await objects.get(name) == b"first":
+                return
+        raise MissingGuarantee(
+            objects.url,
+            Guarantee.ATOMIC_CREATE.value + " (a second create of one name was accepted)",
+        )
+    finally:
+        await objects.delete([name])
+
+
 class LogWriter:
     """The one writer of a store; see the module docstring."""
 
@@ -158,6 +180,7 @@ class LogWriter:
         """Load the store at ``objects`` and become its writer, fencing any other."""
         if Guarantee.ATOMIC_CREATE not in objects.guarantees:
             raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
+        await probe_atomic_create(objects)
         loaded = await load(objects)
         self = cls(objects, loaded.state, loaded.seq, loaded.markers, options or LogOptions())
         self._since_objects = loaded.seq - loaded.ckpt_seq

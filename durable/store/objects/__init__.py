@@ -2,14 +2,20 @@
 
 from durable.store.objects.base import Guarantee, ObjectStore
 from durable.store.objects.faults import FaultyObjectStore, SimulatedCrash
+from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.memory import MemoryObjectStore
+from durable.store.objects.url import open_object_store, resolve_store, split_url
 
 __all__ = [
     "FaultyObjectStore",
+    "FsspecObjectStore",
     "Guarantee",
     "LocalObjectStore",
     "MemoryObjectStore",
     "ObjectStore",
     "SimulatedCrash",
+    "open_object_store",
+    "resolve_store",
+    "split_url",
 ]

@@ -10,13 +10,16 @@ heartbeat) and `QueueView` (reads).
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Sequence
+import os
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 from durable.errors import StoreError
 from durable.store.clock import Clock
 from durable.store.kv import KvNamespace
 from durable.store.log import BlobStore, LogWriter
 from durable.store.objects.base import ObjectStore
+from durable.store.objects.url import resolve_store
 from durable.store.queue.background import Background
 from durable.store.queue.claim import Claimer
 from durable.store.queue.core import Core
@@ -54,26 +57,43 @@ class Queue:
         self._maintenance = Maintenance(core)
         self._background = Background(core, self._maintenance, epoch)
         self._closed = False
+        self._owned_objects: ObjectStore | None = None
 
     # ------------------------------------------------------------ lifecycle
 
     @classmethod
-    async def open(cls, objects: ObjectStore, options: OpenOptions | None = None) -> Queue:
-        """Open the store at ``objects`` as its writer (fencing any other).
+    async def open(
+        cls,
+        store: ObjectStore | str | os.PathLike[str],
+        options: OpenOptions | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> Queue:
+        """Open ``store`` as its writer (fencing any other).
 
-        Requeues claims interrupted by the previous writer's exit, then
-        starts the reaper and scheduler (and heartbeat, if configured).
+        ``store`` is an `ObjectStore` (the caller closes it) or a URL or
+        path (see `durable.store.objects.url`; the queue closes it), with
+        ``storage_options`` for the backend. Requeues claims interrupted by
+        the previous writer's exit, then starts the reaper and scheduler
+        (and heartbeat, if configured).
         """
         options = options if options is not None else OpenOptions()
-        writer = await LogWriter.open(objects, options.log_options)
+        objects, owned = await resolve_store(store, storage_options)
         try:
-            core = Core(writer, BlobStore(objects), options)
-            queue = cls(core, epoch=writer.seq)
-            queue._maintenance.recover_claims()
-            await queue._background.start()
+            writer = await LogWriter.open(objects, options.log_options)
+            try:
+                core = Core(writer, BlobStore(objects), options)
+                queue = cls(core, epoch=writer.seq)
+                queue._maintenance.recover_claims()
+                await queue._background.start()
+            except BaseException:
+                await writer.close()
+                raise
         except BaseException:
-            await writer.close()
+            if owned:
+                await objects.close()
             raise
+        queue._owned_objects = objects if owned else None
         return queue
 
     async def close(self) -> None:
@@ -83,6 +103,8 @@ class Queue:
         self._closed = True
         await self._background.stop()
         await self._core.writer.close()
+        if self._owned_objects is not None:
+            await self._owned_objects.close()
         self._core.leases.clear()
 
     async def __aenter__(self) -> Queue:

@@ -8,14 +8,16 @@ fences the writer and sees whole commits or nothing.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from durable.errors import BlobMissing, InvalidOption, PayloadMissing
 from durable.store.kv import KvNamespace
 from durable.store.log import BlobStore, LogReader, State, prefix_end
 from durable.store.objects.base import ObjectStore
+from durable.store.objects.url import resolve_store
 from durable.store.queue import keys
 from durable.store.queue.heartbeat import Heartbeat, read_heartbeat
 from durable.store.queue.options import validate_queue_name
@@ -243,13 +245,36 @@ class QueueReader(QueueView):
     def __init__(self, reader: LogReader) -> None:
         super().__init__(reader, BlobStore(reader.objects))
         self.reader = reader
+        self._owned_objects: ObjectStore | None = None
         #: The caller KV namespace, read-only.
         self.kv = KvNamespace(reader)
 
     @classmethod
-    async def open(cls, objects: ObjectStore) -> QueueReader:
-        """Load the store; `StoreNotInitialized` if no writer ever opened it."""
-        return cls(await LogReader.open(objects))
+    async def open(
+        cls,
+        store: ObjectStore | str | os.PathLike[str],
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+    ) -> QueueReader:
+        """Load ``store`` (an `ObjectStore`, or a URL or path it then closes).
+
+        `StoreNotInitialized` if no writer ever opened it.
+        """
+        objects, owned = await resolve_store(store, storage_options)
+        try:
+            reader = cls(await LogReader.open(objects))
+        except BaseException:
+            if owned:
+                await objects.close()
+            raise
+        reader._owned_objects = objects if owned else None
+        return reader
+
+    async def close(self) -> None:
+        """Release the object store if this reader opened it from a URL."""
+        if self._owned_objects is not None:
+            await self._owned_objects.close()
+            self._owned_objects = None
 
     async def refresh(self) -> int:
         """Apply the commits written since the last refresh; the new log seq."""

@@ -1,0 +1,133 @@
+"""`ObjectStore` over an asynchronous fsspec filesystem.
+
+The base of the S3, GCS and Azure adapters, and the fallback for any other
+fsspec protocol. It only ever calls the filesystem's async ``_methods`` on
+the running loop (never fsspec's sync wrappers), and translates every
+backend error into `durable.errors` here.
+
+A plain fsspec filesystem promises no atomic create-if-absent (fsspec's
+generic ``mode="create"`` checks, then writes), so the base claims no
+`Guarantee.ATOMIC_CREATE`: writers refuse to open on it, readers may. The
+backend adapters add the guarantee where their conditional write gives it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+from collections.abc import Iterable
+from typing import Any
+
+from durable.errors import (
+    DurableError,
+    ObjectExists,
+    ObjectNotFound,
+    ObjectStoreError,
+    ObjectStoreTimeout,
+)
+from durable.store.objects.base import Guarantee, ObjectStore
+
+__all__ = ["FsspecObjectStore"]
+
+
+class FsspecObjectStore(ObjectStore):
+    """Objects under ``root`` (``"bucket/prefix"``) of an async fsspec filesystem.
+
+    ``fs`` must have been created with ``asynchronous=True`` inside the
+    running loop (or be wrapped in fsspec's ``AsyncFileSystemWrapper``).
+    """
+
+    guarantees: frozenset[Guarantee] = frozenset({Guarantee.SHARED})
+    #: Pass ``start=0`` to ``_cat_file`` (one GET instead of HEAD + GET on s3fs).
+    _cat_start: int | None = None
+
+    def __init__(self, fs: Any, root: str, url: str) -> None:
+        self.fs = fs
+        self.root = root.strip("/")
+        self._url = url
+
+    @property
+    def url(self) -> str:
+        """The store's URL."""
+        return self._url
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self._url!r})"
+
+    def path(self, name: str) -> str:
+        """The filesystem path of object ``name``."""
+        return f"{self.root}/{name}" if self.root else name
+
+    # ---------------------------------------------------------------- calls
+
+    async def get(self, name: str) -> bytes:
+        """The whole object (one request where the backend allows)."""
+        try:
+            if self._cat_start is None:
+                data = await self.fs._cat_file(self.path(name))
+            else:
+                data = await self.fs._cat_file(self.path(name), start=self._cat_start)
+        except Exception as e:
+            raise self.translate(e, name) from e
+        return bytes(data)
+
+    async def put(self, name: str, data: bytes) -> None:
+        """Replace the object with one atomic upload."""
+        try:
+            await self.fs._pipe_file(self.path(name), bytes(data))
+        except Exception as e:
+            raise self.translate(e, name) from e
+
+    async def create(self, name: str, data: bytes) -> None:
+        """Create-if-absent through the backend's conditional write."""
+        try:
+            await self.fs._pipe_file(self.path(name), bytes(data), mode="create")
+        except Exception as e:
+            raise self.translate(e, name, creating=True) from e
+
+    async def list(self, prefix: str) -> list[str]:
+        """Names under ``prefix``, sorted (a server-side prefix listing)."""
+        folder, _, stem = prefix.rpartition("/")
+        base = self.path(folder) if folder else self.root
+        try:
+            found = await self.fs._find(base, prefix=stem, withdirs=False)
+        except FileNotFoundError:
+            return []
+        except Exception as e:
+            raise self.translate(e, prefix) from e
+        cut = len(self.root) + 1 if self.root else 0
+        names = (p.strip("/")[cut:] for p in found)
+        return sorted(n for n in names if n.startswith(prefix))
+
+    async def delete(self, names: Iterable[str]) -> None:
+        """Delete names (missing ones are skipped)."""
+        if isinstance(names, str | bytes):
+            raise TypeError("delete takes an iterable of names, not one name")
+        paths = [self.path(n) for n in names]
+        if not paths:
+            return
+        try:
+            await self.fs._rm(paths)
+        except FileNotFoundError:
+            pass
+        except Exception as e:
+            raise self.translate(e, paths[0]) from e
+
+    # ----------------------------------------------------------- translation
+
+    def translate(self, e: BaseException, name: str, *, creating: bool = False) -> DurableError:
+        """Our error for backend error ``e`` on object ``name``."""
+        if isinstance(e, DurableError):
+            return e
+        if isinstance(e, FileExistsError):
+            return ObjectExists(name)
+        if isinstance(e, FileNotFoundError):
+            return ObjectNotFound(name)
+        if isinstance(e, asyncio.TimeoutError | TimeoutError):
+            return ObjectStoreTimeout(f"{self._url}: {name!r}: timed out ({e})", name=name)
+        err = ObjectStoreError(f"{self._url}: {name!r}: {type(e).__name__}: {e}", name=name)
+        if isinstance(e, PermissionError) or (
+            isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM)
+        ):
+            err.transient = False  # credentials or policy: retrying will not help
+        return err
