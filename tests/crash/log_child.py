@@ -8,15 +8,16 @@ python log_child.py ROOT fence    # opens, commits one key, prints "ready", wait
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
 from durable.errors import Fenced
 from durable.store.log import LogOptions, LogWriter, WriteBatch
-from durable.store.objects import LocalObjectStore
+from durable.store.objects import ObjectStore, open_object_store
 
 
-async def commit_forever(root: str) -> None:
-    w = await LogWriter.open(LocalObjectStore(root), LogOptions(checkpoint_max_objects=50))
+async def commit_forever(objects: ObjectStore) -> None:
+    w = await LogWriter.open(objects, LogOptions(checkpoint_max_objects=50))
     n = int(w.state.get(b"next") or b"0")
     inflight: set[asyncio.Task[None]] = set()
 
@@ -35,8 +36,8 @@ async def commit_forever(root: str) -> None:
         await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
 
 
-async def fence(root: str, tag: str) -> None:
-    w = await LogWriter.open(LocalObjectStore(root))
+async def fence(objects: ObjectStore, tag: str) -> None:
+    w = await LogWriter.open(objects)
     await w.commit(WriteBatch().put(b"writer-" + tag.encode(), b"1"))
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)
@@ -47,9 +48,14 @@ async def fence(root: str, tag: str) -> None:
         print("fenced", flush=True)
 
 
-if __name__ == "__main__":
-    root, mode = sys.argv[1], sys.argv[2]
+async def main(url: str, options: str, mode: str, *rest: str) -> None:
+    objects = await open_object_store(url, json.loads(options))
     if mode == "commit":
-        asyncio.run(commit_forever(root))
+        await commit_forever(objects)
     else:
-        asyncio.run(fence(root, sys.argv[3]))
+        await fence(objects, rest[0])
+    await objects.close()
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:]))

@@ -1,6 +1,6 @@
 """A queue process for the kill -9 test (run as a script).
 
-    python queue_child.py ROOT TAG
+    python queue_child.py URL OPTIONS_JSON TAG
 
 Producers enqueue jobs ``TAG-<n>`` (every 7th with a payload large enough
 to be offloaded to its own object) and print ``E <id>`` once the enqueue
@@ -11,9 +11,9 @@ the ack returned. It runs until killed.
 from __future__ import annotations
 
 import asyncio
+import json
 import sys
 
-from durable.store.objects import LocalObjectStore
 from durable.store.queue import EnqueueOptions, OpenOptions, Queue, QueueConfig
 
 QUEUE = "crash"
@@ -32,9 +32,9 @@ def say(what: str, job_id: str) -> None:
     sys.stdout.flush()
 
 
-async def main(root: str, tag: str) -> None:
+async def main(url: str, storage_options: str, tag: str) -> None:
     options = OpenOptions(default_queue_config=CONFIG, payload_offload_threshold=256 * 1024)
-    q = await Queue.open(LocalObjectStore(root), options)
+    q = await Queue.open(url, options, storage_options=json.loads(storage_options))
     counter = iter(range(10**9))
 
     async def producer() -> None:
@@ -57,4 +57,4 @@ async def main(root: str, tag: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(*sys.argv[1:]))

@@ -10,9 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
+from conftest import Location
 
 from durable.store.log import LogReader, LogWriter
-from durable.store.objects import LocalObjectStore
+from durable.store.objects import open_object_store
 
 CHILD = str(Path(__file__).with_name("log_child.py"))
 pytestmark = pytest.mark.slow
@@ -45,30 +46,35 @@ def read_acks_until(proc: subprocess.Popen[str], count: int) -> list[int]:
 
 
 async def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path) -> None:
-    root = str(tmp_path / "store")
+    # The log alone, on a local directory; the queue's kill -9 test runs on
+    # every backend.
+    shared_location = Location("local", str(tmp_path / "store"))
+    where = shared_location.argv()
     rng = random.Random(7)
     acked: set[int] = set()
     for _ in range(20):
-        proc = spawn(root, "commit")
+        proc = spawn(*where, "commit")
         acked.update(read_acks_until(proc, rng.randint(1, 120)))
         os.kill(proc.pid, signal.SIGKILL)  # mid-traffic: commits are in flight
         assert proc.stdout is not None
         acked.update(int(line.split()[1]) for line in proc.stdout.read().splitlines())
         reap(proc)
-        w = await LogWriter.open(LocalObjectStore(root))  # opens cleanly every time
+        objects = await open_object_store(shared_location.url, shared_location.options)
+        w = await LogWriter.open(objects)  # opens cleanly every time
         missing = [i for i in acked if w.state.get(b"k%08d" % i) != b"v%d" % i]
         assert missing == []
         await w.close()
+        await objects.close()
     assert len(acked) > 200
 
 
-async def test_second_process_fences_the_first(tmp_path: Path) -> None:
-    root = str(tmp_path / "store")
-    a = spawn(root, "fence", "a")
+async def test_second_process_fences_the_first(shared_location: Location) -> None:
+    where = shared_location.argv()
+    a = spawn(*where, "fence", "a")
     assert a.stdout is not None
     assert a.stdin is not None
     assert a.stdout.readline().strip() == "ready"
-    b = spawn(root, "fence", "b")
+    b = spawn(*where, "fence", "b")
     assert b.stdout is not None
     assert b.stdin is not None
     assert b.stdout.readline().strip() == "ready"
@@ -82,8 +88,10 @@ async def test_second_process_fences_the_first(tmp_path: Path) -> None:
     assert b.wait(timeout=30) == 0
     reap(a)
     reap(b)
-    r = await LogReader.open(LocalObjectStore(root))
+    objects = await open_object_store(shared_location.url, shared_location.options)
+    r = await LogReader.open(objects)
     assert r.state.get(b"writer-a") == b"1"  # a's commit before b opened survives
     assert r.state.get(b"writer-b") == b"1"
     assert r.state.get(b"late-b") == b"1"
     assert r.state.get(b"late-a") is None  # the fenced commit never landed
+    await objects.close()

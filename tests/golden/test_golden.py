@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
+from make_golden import CKPT, HISTORY, LOG_OPS, RECORD, WRITER
 
 from durable.store.framing import Kind, unframe
 from durable.store.log.format import (
@@ -20,9 +20,6 @@ from durable.store.queue.records import (
     encode_history_entry,
     encode_record,
 )
-
-sys.path.insert(0, str(Path(__file__).parent))
-from make_golden import CKPT, HISTORY, LOG_OPS, RECORD, WRITER
 
 V1 = Path(__file__).parent / "v1"
 

@@ -14,12 +14,13 @@ import threading
 from collections.abc import Iterator
 from multiprocessing.queues import Queue
 from multiprocessing.synchronize import Barrier
-from pathlib import Path
+from typing import Any
 
 import pytest
+from conftest import Location
 
 from durable.errors import ObjectExists
-from durable.store.objects import LocalObjectStore, MemoryObjectStore, ObjectStore
+from durable.store.objects import MemoryObjectStore, ObjectStore, open_object_store
 
 BARRIER_TIMEOUT = 60.0
 
@@ -48,11 +49,22 @@ async def _race(
 
 
 def _process_racer(
-    root: str, racer: int, rounds: int, barrier: Barrier, results: Queue[tuple[int, list[int]]]
+    location: tuple[str, dict[str, Any]],
+    racer: int,
+    rounds: int,
+    barrier: Barrier,
+    results: Queue[tuple[int, list[int]]],
 ) -> None:
     """The body of one racing process (imported by name in the spawned child)."""
-    won = asyncio.run(_race(LocalObjectStore(root), racer, rounds, barrier))
-    results.put((racer, won))
+
+    async def run() -> list[int]:
+        store = await open_object_store(*location)
+        try:
+            return await _race(store, racer, rounds, barrier)
+        finally:
+            await store.close()
+
+    results.put((racer, asyncio.run(run())))
 
 
 async def _check(store: ObjectStore, wins: dict[int, list[int]], rounds: int) -> None:
@@ -68,13 +80,15 @@ async def _check(store: ObjectStore, wins: dict[int, list[int]], rounds: int) ->
 
 
 @pytest.mark.slow
-async def test_local_create_race_between_processes(tmp_path: Path) -> None:
+async def test_create_race_between_processes(shared_location: Location) -> None:
+    """2 processes x 200 rounds on every backend processes can share."""
     racers, rounds = 2, 200
+    location = (shared_location.url, dict(shared_location.options))
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(racers)
     results: Queue[tuple[int, list[int]]] = ctx.Queue()
     procs = [
-        ctx.Process(target=_process_racer, args=(str(tmp_path), i, rounds, barrier, results))
+        ctx.Process(target=_process_racer, args=(location, i, rounds, barrier, results))
         for i in range(racers)
     ]
     for p in procs:
@@ -88,7 +102,11 @@ async def test_local_create_race_between_processes(tmp_path: Path) -> None:
                 p.kill()
                 p.join()
     assert [p.exitcode for p in procs] == [0] * racers
-    await _check(LocalObjectStore(tmp_path), wins, rounds)
+    store = await open_object_store(*location)
+    try:
+        await _check(store, wins, rounds)
+    finally:
+        await store.close()
 
 
 @pytest.fixture

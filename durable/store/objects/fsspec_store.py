@@ -62,11 +62,18 @@ class FsspecObjectStore(ObjectStore):
 
     async def get(self, name: str) -> bytes:
         """The whole object (one request where the backend allows)."""
+        path = self.path(name)
         try:
             if self._cat_start is None:
-                data = await self.fs._cat_file(self.path(name))
+                data = await self.fs._cat_file(path)
             else:
-                data = await self.fs._cat_file(self.path(name), start=self._cat_start)
+                try:
+                    data = await self.fs._cat_file(path, start=self._cat_start)
+                except OSError as e:
+                    if e.errno != errno.EINVAL:
+                        raise
+                    # "Range not satisfiable": the object is empty.
+                    data = await self.fs._cat_file(path)
         except Exception as e:
             raise self.translate(e, name) from e
         return bytes(data)
