@@ -6,10 +6,7 @@ on ONE shared object store, the way a second process would see it.
 
 from __future__ import annotations
 
-import json
-import uuid
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +16,7 @@ from durable.store.log import LogWriter
 from durable.store.objects import LocalObjectStore, MemoryObjectStore
 from durable.store.objects.base import ObjectStore
 from durable.testing import cloud
+from durable.testing.cloud import StoreLocation
 
 Factory = Callable[[], ObjectStore]
 
@@ -48,41 +46,23 @@ async def writer(make_objects: Factory) -> AsyncIterator[LogWriter]:
 # and exports their endpoints; without them the cloud cases skip.
 
 
-@dataclass(frozen=True)
-class Location:
-    """Where a test's store lives: a URL plus the backend's storage options."""
-
-    backend: str
-    url: str
-    options: Mapping[str, Any] = field(default_factory=dict)
-
-    def argv(self) -> list[str]:
-        """Command-line arguments that hand this location to a child process."""
-        return [self.url, json.dumps(dict(self.options))]
-
-
 def _cloud(backends: tuple[str, ...]) -> list[Any]:
     return [pytest.param(b, marks=pytest.mark.emulator) for b in backends]
 
 
-async def _location(backend: str, tmp_path: Path) -> Location:
-    if backend == "memory":
-        return Location(backend, f"memory://test-{uuid.uuid4().hex}")
-    if backend == "local":
-        return Location(backend, str(tmp_path / "store"))
-    if not cloud.available(backend):
+async def _location(backend: str, tmp_path: Path) -> StoreLocation:
+    if backend in cloud.CLOUD_BACKENDS and not cloud.available(backend):
         pytest.skip(f"{cloud.ENV[backend]} is unset: start the emulators with scripts/test")
-    url, options = await cloud.new_bucket(backend)
-    return Location(backend, url, options)
+    return await cloud.new_location(backend, tmp_path)
 
 
 @pytest.fixture(params=[*BACKENDS, *_cloud(cloud.CLOUD_BACKENDS)])
-async def location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+async def location(request: pytest.FixtureRequest, tmp_path: Path) -> StoreLocation:
     """A fresh store on every backend."""
     return await _location(request.param, tmp_path)
 
 
 @pytest.fixture(params=["local", *_cloud(cloud.CLOUD_BACKENDS)])
-async def shared_location(request: pytest.FixtureRequest, tmp_path: Path) -> Location:
+async def shared_location(request: pytest.FixtureRequest, tmp_path: Path) -> StoreLocation:
     """A fresh store on every backend that several processes can share."""
     return await _location(request.param, tmp_path)

@@ -17,12 +17,23 @@ to go through a `DelayProxy`.
 
 from __future__ import annotations
 
+import json
 import os
 import uuid
 from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
-__all__ = ["CLOUD_BACKENDS", "ENV", "available", "new_bucket", "storage_options"]
+__all__ = [
+    "CLOUD_BACKENDS",
+    "ENV",
+    "StoreLocation",
+    "available",
+    "new_bucket",
+    "new_location",
+    "storage_options",
+]
 
 #: The emulated cloud backends.
 CLOUD_BACKENDS = ("s3", "gcs", "azure")
@@ -95,3 +106,30 @@ async def new_bucket(
     finally:
         await store.close()
     return f"{_SCHEME[backend]}://{name}/{prefix}", opts
+
+
+@dataclass(frozen=True)
+class StoreLocation:
+    """Where a store lives: its backend, URL and ``storage_options``."""
+
+    backend: str
+    url: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def argv(self) -> list[str]:
+        """``[url, options as JSON]``: hands this location to a child process."""
+        return [self.url, json.dumps(dict(self.options))]
+
+
+async def new_location(backend: str, tmp_dir: str | os.PathLike[str]) -> StoreLocation:
+    """A fresh, empty store on ``backend`` (``memory``, ``local`` or a cloud one).
+
+    ``local`` lives in ``tmp_dir``; a cloud backend gets a new bucket on its
+    emulator (`LookupError` when the emulator is not configured).
+    """
+    if backend == "memory":
+        return StoreLocation(backend, f"memory://test-{uuid.uuid4().hex}")
+    if backend == "local":
+        return StoreLocation(backend, str(Path(tmp_dir) / f"store-{uuid.uuid4().hex[:8]}"))
+    url, options = await new_bucket(backend)
+    return StoreLocation(backend, url, options)

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Location
 
 from durable.store.log import LogReader, LogWriter
 from durable.store.objects import open_object_store
+from durable.testing.cloud import StoreLocation
 
 CHILD = str(Path(__file__).with_name("log_child.py"))
 pytestmark = pytest.mark.slow
@@ -48,7 +48,7 @@ def read_acks_until(proc: subprocess.Popen[str], count: int) -> list[int]:
 async def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path) -> None:
     # The log alone, on a local directory; the queue's kill -9 test runs on
     # every backend.
-    shared_location = Location("local", str(tmp_path / "store"))
+    shared_location = StoreLocation("local", str(tmp_path / "store"))
     where = shared_location.argv()
     rng = random.Random(7)
     acked: set[int] = set()
@@ -68,7 +68,7 @@ async def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path) -> None:
     assert len(acked) > 200
 
 
-async def test_second_process_fences_the_first(shared_location: Location) -> None:
+async def test_second_process_fences_the_first(shared_location: StoreLocation) -> None:
     where = shared_location.argv()
     a = spawn(*where, "fence", "a")
     assert a.stdout is not None

@@ -7,15 +7,14 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import Location
-
 from durable.store.queue import EnqueueOptions, Queue, SettlementEffects
+from durable.testing.cloud import StoreLocation
 
 INSPECT = str(Path(__file__).with_name("queue_inspect.py"))
 
 
 async def test_enqueue_claim_ack_with_effects_then_reopen_elsewhere(
-    shared_location: Location,
+    shared_location: StoreLocation,
 ) -> None:
     where = shared_location
     q = await Queue.open(where.url, storage_options=where.options)

@@ -10,10 +10,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import Location
 from queue_child import CONFIG, QUEUE, payload_of
 
 from durable.store.queue import JobStatus, OpenOptions, Queue, QueueReader
+from durable.testing.cloud import StoreLocation
 
 CHILD = str(Path(__file__).with_name("queue_child.py"))
 pytestmark = pytest.mark.slow
@@ -29,7 +29,7 @@ def read_events(proc: subprocess.Popen[str], count: int) -> list[tuple[str, ...]
     return events
 
 
-async def check_reader_sees(where: Location, enqueued: set[str]) -> None:
+async def check_reader_sees(where: StoreLocation, enqueued: set[str]) -> None:
     """A read-only view in this process sees the live writer's commits, never fencing it."""
     reader = await QueueReader.open(where.url, storage_options=where.options)
     await reader.refresh()
@@ -39,7 +39,7 @@ async def check_reader_sees(where: Location, enqueued: set[str]) -> None:
     await reader.close()
 
 
-async def run_and_kill(where: Location, tag: str, lines: int) -> list[tuple[str, str]]:
+async def run_and_kill(where: StoreLocation, tag: str, lines: int) -> list[tuple[str, str]]:
     """Start a child, read ``lines`` events, kill -9 it, return every event it printed.
 
     Half-way, a reader in this process checks what the child reported so
@@ -60,7 +60,7 @@ async def run_and_kill(where: Location, tag: str, lines: int) -> list[tuple[str,
     return [(e[0], e[1]) for e in events if len(e) == 2]
 
 
-async def test_every_returned_operation_survives_kill_9(shared_location: Location) -> None:
+async def test_every_returned_operation_survives_kill_9(shared_location: StoreLocation) -> None:
     where = shared_location
     rng = random.Random(20261130)
     enqueued: set[str] = set()

@@ -17,10 +17,10 @@ from multiprocessing.synchronize import Barrier
 from typing import Any
 
 import pytest
-from conftest import Location
 
 from durable.errors import ObjectExists
 from durable.store.objects import MemoryObjectStore, ObjectStore, open_object_store
+from durable.testing.cloud import StoreLocation
 
 BARRIER_TIMEOUT = 60.0
 
@@ -80,7 +80,7 @@ async def _check(store: ObjectStore, wins: dict[int, list[int]], rounds: int) ->
 
 
 @pytest.mark.slow
-async def test_create_race_between_processes(shared_location: Location) -> None:
+async def test_create_race_between_processes(shared_location: StoreLocation) -> None:
     """2 processes x 200 rounds on every backend processes can share."""
     racers, rounds = 2, 200
     location = (shared_location.url, dict(shared_location.options))

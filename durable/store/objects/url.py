@@ -40,10 +40,10 @@ def split_url(url: str | os.PathLike[str]) -> tuple[str, str]:
 
 
 def _bucket(url: str, rest: str) -> tuple[str, str]:
-    bucket, _, prefix = rest.strip("/").partition("/")
+    bucket, _, prefix = rest.partition("/")
     if not bucket:
         raise ValueError(f"store URL {url!r} names no bucket or container")
-    return bucket, prefix
+    return bucket, prefix.strip("/")
 
 
 async def open_object_store(
