@@ -117,3 +117,39 @@ async def test_azure_connection_string_from_the_environment(
     await store.create("k", b"v")
     assert await store.get("k") == b"v"
     await store.close()
+
+
+def test_backend_errors_become_ours() -> None:
+    from azure.core.exceptions import (
+        ResourceExistsError,
+        ResourceModifiedError,
+        ResourceNotFoundError,
+    )
+
+    from durable.errors import ObjectExists, ObjectNotFound, ObjectStoreError, ObjectStoreTimeout
+    from durable.store.objects.azure import AzureObjectStore
+
+    az = AzureObjectStore(fs=None, root="c/p", url="az://c/p")
+    assert isinstance(az.translate(ResourceModifiedError("etag"), "n"), ObjectExists)
+    assert isinstance(az.translate(ResourceExistsError("exists"), "n"), ObjectExists)
+    assert isinstance(az.translate(ResourceNotFoundError("gone"), "n"), ObjectNotFound)
+    assert isinstance(az.translate(TimeoutError(), "n"), ObjectStoreTimeout)
+    denied = az.translate(PermissionError("denied"), "n")
+    assert isinstance(denied, ObjectStoreError)
+    assert denied.transient is False  # retrying will not help
+    flaky = az.translate(ConnectionResetError("reset"), "n")
+    assert flaky.transient is True
+    assert "az://c/p" in str(flaky)
+    assert "'n'" in str(flaky)
+
+
+@pytest.mark.emulator
+async def test_gcs_skips_the_grpc_layout_probe() -> None:
+    if not cloud.available("gcs"):
+        pytest.skip("DURABLE_TEST_GCS_ENDPOINT is unset: run scripts/test")
+    url, options = await cloud.new_bucket("gcs")
+    store = await open_object_store(url, options)
+    assert os.environ["GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT"] == "false"
+    assert type(store.fs).__name__ == "GCSFileSystem"  # not the gRPC-probing subclass
+    assert store.fs.requests_timeout == 60.0
+    await store.close()
