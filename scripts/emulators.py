@@ -225,22 +225,20 @@ def _stop_groups(
 
     for pgid in groups.values():
         _signal_group(pgid, signal.SIGTERM)
-    deadline = time.monotonic() + TERM_GRACE
-    alive = dict(groups)
-    while alive and time.monotonic() < deadline:
-        reap()
-        alive = {k: g for k, g in alive.items() if _group_alive(g)}
-        if alive:
-            time.sleep(POLL_INTERVAL)
+    def wait_for_exit(alive: dict[str, int], grace: float) -> dict[str, int]:
+        deadline = time.monotonic() + grace
+        while alive and time.monotonic() < deadline:
+            reap()
+            alive = {k: g for k, g in alive.items() if _group_alive(g)}
+            if alive:
+                time.sleep(POLL_INTERVAL)
+        return alive
+
+    alive = wait_for_exit(dict(groups), TERM_GRACE)
     for key, pgid in alive.items():
         _log(f"{key}: still running {TERM_GRACE:.0f} s after SIGTERM; sending SIGKILL")
         _signal_group(pgid, signal.SIGKILL)
-    deadline = time.monotonic() + KILL_GRACE
-    while alive and time.monotonic() < deadline:
-        reap()
-        alive = {k: g for k, g in alive.items() if _group_alive(g)}
-        if alive:
-            time.sleep(POLL_INTERVAL)
+    alive = wait_for_exit(alive, KILL_GRACE)
     for key, pgid in alive.items():
         _log(f"{key}: process group {pgid} survived SIGKILL")
     _log(f"stopped {', '.join(groups) or 'nothing'} in {time.monotonic() - t0:.2f} s")

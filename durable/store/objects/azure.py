@@ -33,8 +33,7 @@ class AzureObjectStore(FsspecObjectStore):
 
         opts: dict[str, Any] = dict(storage_options or {})
         fs = adlfs.AzureBlobFileSystem(asynchronous=True, skip_instance_cache=True, **opts)
-        root = f"{container}/{prefix.strip('/')}".rstrip("/")
-        return cls(fs, root, f"az://{root}")
+        return cls.at(fs, "az", container, prefix)
 
     def translate(self, e: BaseException, name: str, *, creating: bool = False) -> DurableError:
         """Also map the Azure SDK's own errors."""

@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import errno
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Self
 
 from durable.errors import (
     DurableError,
@@ -45,6 +45,12 @@ class FsspecObjectStore(ObjectStore):
         self.fs = fs
         self.root = root.strip("/")
         self._url = url
+
+    @classmethod
+    def at(cls, fs: Any, scheme: str, bucket: str, prefix: str) -> Self:
+        """The store under ``scheme://bucket/prefix`` of ``fs``."""
+        root = f"{bucket}/{prefix.strip('/')}".rstrip("/")
+        return cls(fs, root, f"{scheme}://{root}")
 
     @property
     def url(self) -> str:

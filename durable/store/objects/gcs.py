@@ -39,8 +39,7 @@ class GCSObjectStore(FsspecObjectStore):
         opts.setdefault("requests_timeout", DEFAULT_TIMEOUT)
         opts.setdefault("use_listings_cache", False)
         fs = gcsfs.GCSFileSystem(asynchronous=True, skip_instance_cache=True, **opts)
-        root = f"{bucket}/{prefix.strip('/')}".rstrip("/")
-        return cls(fs, root, f"gs://{root}")
+        return cls.at(fs, "gs", bucket, prefix)
 
     async def close(self) -> None:
         """Close the HTTP session."""

@@ -45,8 +45,7 @@ class S3ObjectStore(FsspecObjectStore):
         client = await fs.set_session()
         # botocore asks for "100-continue" before every PUT body: 2 RTTs per PUT.
         client.meta.events.unregister("before-call.s3", botocore.handlers.add_expect_header)
-        root = f"{bucket}/{prefix.strip('/')}".rstrip("/")
-        return cls(fs, root, f"s3://{root}")
+        return cls.at(fs, "s3", bucket, prefix)
 
     async def close(self) -> None:
         """Close the client's connection pool."""
