@@ -21,16 +21,25 @@ DurableError
 │   ├── StoreClosed                  the store was closed or has failed
 │   ├── BlobMissing                  a value's blob object is gone
 │   └── ReadOnlyStore                a write through a read-only view
-└── QueueError                       the queue and its KV namespace
-    ├── InvalidQueueName, InvalidId, KvValueTooLarge,
-    │   ReservedKey, ConflictingKvEffect, InvalidOption  (also ValueError)
-    ├── DuplicateJobId               (also ValueError)
-    ├── JobNotFound, PayloadMissing  (also LookupError)
-    ├── InvalidState
-    ├── ClaimLost
-    ├── CancelRequested
-    └── CorruptRecord                a stored queue record cannot be decoded
+├── QueueError                       the queue and its KV namespace
+│   ├── InvalidQueueName, InvalidId, KvValueTooLarge,
+│   │   ReservedKey, ConflictingKvEffect, InvalidOption  (also ValueError)
+│   ├── DuplicateJobId               (also ValueError)
+│   ├── JobNotFound, PayloadMissing  (also LookupError)
+│   ├── InvalidState
+│   ├── ClaimLost
+│   ├── CancelRequested
+│   └── CorruptRecord                a stored queue record cannot be decoded
+└── EngineError                      the workflow runtime
+    ├── InputMismatch                same run id, other input (also ValueError)
+    ├── ReservedHeader               a header under ``workflow.`` (also ValueError)
+    ├── InvalidArgument              bad option, trigger, outcome (also ValueError)
+    ├── ReservedMemoKey              a run-memo key kept for the runtime (also ValueError)
+    └── CorruptEngineRecord          a stored engine record cannot be decoded
 ```
+
+The engine also raises `InvalidId` for a bad run id and `ReservedKey` for
+submission effects under its ``workflow/`` KV prefix.
 """
 
 from __future__ import annotations
@@ -40,11 +49,15 @@ __all__ = [
     "CancelRequested",
     "ClaimLost",
     "ConflictingKvEffect",
+    "CorruptEngineRecord",
     "CorruptObject",
     "CorruptRecord",
     "DuplicateJobId",
     "DurableError",
+    "EngineError",
     "Fenced",
+    "InputMismatch",
+    "InvalidArgument",
     "InvalidId",
     "InvalidOption",
     "InvalidQueueName",
@@ -59,7 +72,9 @@ __all__ = [
     "PayloadMissing",
     "QueueError",
     "ReadOnlyStore",
+    "ReservedHeader",
     "ReservedKey",
+    "ReservedMemoKey",
     "StoreClosed",
     "StoreError",
     "StoreNotInitialized",
@@ -342,3 +357,73 @@ class CorruptRecord(QueueError):
         super().__init__(f"stored record {where} cannot be decoded: {reason}")
         self.where = where
         self.reason = reason
+
+
+# -------------------------------------------------------------------- engine
+
+
+class EngineError(DurableError):
+    """An error of the workflow runtime (`durable.engine`)."""
+
+
+class InputMismatch(EngineError, ValueError):
+    """A run id was submitted again with a different input; nothing was written.
+
+    ``submit`` is idempotent on ``(run_id, input)``: the same input again is a
+    no-op, another input under the same active run id is this error.
+    """
+
+    def __init__(self, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} was already submitted with a different input; "
+            "submit the new input under another run id, or wait for the run to end"
+        )
+        self.run_id = run_id
+
+
+class ReservedHeader(EngineError, ValueError):
+    """A submitted header name is under the runtime's reserved ``workflow.`` prefix."""
+
+    def __init__(self, header: str, prefix: str) -> None:
+        super().__init__(
+            f"header {header!r} is under the prefix {prefix!r}, which the runtime "
+            "reserves for the headers it sets on step jobs; rename the header"
+        )
+        self.header = header
+        self.prefix = prefix
+
+
+class InvalidArgument(EngineError, ValueError):
+    """A value given to an engine type has the wrong type or is out of range.
+
+    Raised when the value (a run option, a trigger, an outcome) is built,
+    before anything is written.
+    """
+
+
+class CorruptEngineRecord(EngineError):
+    """A record the engine stored (run record, step pointer, terminal or
+    result record) cannot be decoded.
+
+    ``what`` names the record. Permanent: rewriting is the runtime's call.
+    """
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(f"stored {what} cannot be decoded: {reason}")
+        self.what = what
+        self.reason = reason
+
+
+class ReservedMemoKey(EngineError, ValueError):
+    """User code wrote a run-memo key the runtime reserves (``workflow.outcome``).
+
+    Nothing was written (and no compute function was called); use another key.
+    """
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(
+            f"memo key {key!r} of run {run_id!r} is reserved for the workflow runtime "
+            "(it holds the run result record); use another key"
+        )
+        self.key = key
+        self.run_id = run_id

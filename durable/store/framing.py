@@ -27,6 +27,7 @@ class Kind(enum.IntEnum):
     LOG = 1
     CHECKPOINT = 2
     BLOB = 3
+    MEMO = 4
 
 
 def frame(kind: Kind, body: bytes, version: int = FORMAT_VERSION) -> bytes:
