@@ -35,7 +35,9 @@ DurableError
     ├── ReservedHeader               a header under ``workflow.`` (also ValueError)
     ├── InvalidArgument              bad option, trigger, outcome (also ValueError)
     ├── ReservedMemoKey              a run-memo key kept for the runtime (also ValueError)
-    └── CorruptEngineRecord          a stored engine record cannot be decoded
+    ├── CorruptEngineRecord          a stored engine record cannot be decoded
+    ├── EffectsSealed                staging after the step returned
+    └── InconsistentRunState         a step job whose run record is gone
 ```
 
 The engine also raises `InvalidId` for a bad run id and `ReservedKey` for
@@ -54,8 +56,10 @@ __all__ = [
     "CorruptRecord",
     "DuplicateJobId",
     "DurableError",
+    "EffectsSealed",
     "EngineError",
     "Fenced",
+    "InconsistentRunState",
     "InputMismatch",
     "InvalidArgument",
     "InvalidId",
@@ -427,3 +431,24 @@ class ReservedMemoKey(EngineError, ValueError):
         )
         self.key = key
         self.run_id = run_id
+
+
+class EffectsSealed(EngineError):
+    """A step staged KV effects after it had returned; they would be lost."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            "the step has returned: its effects were settled; stage effects before the step returns"
+        )
+
+
+class InconsistentRunState(EngineError):
+    """A step of a run was delivered, but the run's record is missing.
+
+    The step is dead-lettered; inspect it with the queue's dead-letter listing.
+    """
+
+    def __init__(self, run_id: str, step: int, what: str) -> None:
+        super().__init__(f"run {run_id!r} step {step}: {what}")
+        self.run_id = run_id
+        self.step = step

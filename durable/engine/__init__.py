@@ -8,6 +8,9 @@ the durable records the runtime stores with their encoding, and the memo
 store (`MemoStore`, `Memo`).
 """
 
+from durable.engine.delivery import KvReadHandle, Step, StepRunner
+from durable.engine.effects import EffectsHandle, TerminalEffects
+from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import Memo, MemoStore
 from durable.engine.outcomes import (
     After,
@@ -66,6 +69,8 @@ from durable.engine.runs import (
     default_memo_prefix,
     validate_run_id,
 )
+from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
+from durable.engine.view import WorkflowView
 
 __all__ = [
     "DEFAULT_QUEUE_NAME",
@@ -82,10 +87,13 @@ __all__ = [
     "Cancel",
     "Cancelling",
     "Continue",
+    "EffectsHandle",
     "Fail",
     "Immediate",
+    "KvReadHandle",
     "Memo",
     "MemoStore",
+    "NoopTerminalHook",
     "OnSignal",
     "Pending",
     "RunEnd",
@@ -98,16 +106,24 @@ __all__ = [
     "RunState",
     "RunStatus",
     "RunTermination",
+    "RuntimeOptions",
+    "Step",
     "StepError",
     "StepErrorKind",
     "StepOutcome",
     "StepPointer",
+    "StepRunner",
     "SubmitOutcome",
     "Succeed",
+    "TerminalEffects",
+    "TerminalHook",
     "TerminalRecord",
     "TerminalStatus",
     "Terminated",
     "Trigger",
+    "WorkerHandle",
+    "WorkflowRuntime",
+    "WorkflowView",
     "decode_run_outcome",
     "decode_run_record",
     "decode_run_result",

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from durable.errors import BlobMissing, InvalidOption, PayloadMissing
+from durable.store.keyspace import user_key
 from durable.store.kv import KvNamespace
 from durable.store.log import BlobStore, LogReader, State, prefix_end
 from durable.store.objects.base import ObjectStore
@@ -119,6 +120,12 @@ class QueueView:
             return None
         raw = st.get(pk)
         return None if raw is None else (pk, raw)
+
+    def kv_get(self, key: bytes) -> bytes | None:
+        """The caller KV value at ``key``, or None (any prefix may be read)."""
+        if not isinstance(key, bytes):
+            raise InvalidOption(f"KV keys are bytes, got {type(key).__name__}")
+        return self.state.get(user_key(key))
 
     def job_record(self, id: str) -> JobRecord | None:
         """Job ``id`` in stored form (an offloaded payload is not fetched), or None."""

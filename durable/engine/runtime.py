@@ -1,0 +1,258 @@
+"""`WorkflowRuntime`: submit runs, drive their steps, cancel, observe.
+
+A run is a chain of queue jobs (its steps) on one queue of a `Queue`.
+`submit` enqueues step 0 with the run's records in one transaction; a worker
+(`spawn`) claims steps, runs the `StepRunner` and settles each outcome in one
+transaction with the next step or the run's termination. Everything is in
+the store, so a restarted process carries on where the store says the run
+was, and `status` works from any process (`WorkflowView`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import weakref
+from dataclasses import dataclass, field
+
+from durable.engine import keys
+from durable.engine.delivery import StepRunner
+from durable.engine.hooks import NoopTerminalHook, TerminalHook
+from durable.engine.memo import MemoStore
+from durable.engine.records import RunRecord, decode_run_record, encode_run_record
+from durable.engine.runs import (
+    DEFAULT_QUEUE_NAME,
+    RunEnd,
+    RunOutcome,
+    RunSpec,
+    RunStatus,
+    RunTermination,
+    SubmitOutcome,
+    TerminalStatus,
+    Terminated,
+    default_memo_prefix,
+    validate_run_id,
+)
+from durable.engine.transitions import first_step, terminate
+from durable.engine.view import WorkflowView
+from durable.engine.worker import StepWorker
+from durable.errors import InputMismatch, InvalidArgument
+from durable.store.clock import Clock
+from durable.store.queue import (
+    Queue,
+    SettlementEffects,
+    run_worker_concurrent,
+)
+
+__all__ = ["RuntimeOptions", "WorkerHandle", "WorkflowRuntime"]
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeOptions:
+    """How a `WorkflowRuntime` runs (semantics 2.3)."""
+
+    #: The queue of the runtime's steps and notifications.
+    queue_name: str = DEFAULT_QUEUE_NAME
+    #: Where memo objects go; None: ``"{queue_name}-memo"``.
+    memo_prefix: str | None = None
+    #: Steps run at once by `WorkflowRuntime.spawn`.
+    max_concurrent_steps: int = 8
+    #: How long an idle worker waits before polling again (seconds).
+    poll_interval: float = 0.25
+    #: The clock; None: the queue's.
+    clock: Clock | None = field(default=None)
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.max_concurrent_steps, int) or self.max_concurrent_steps < 1:
+            raise InvalidArgument(
+                f"max_concurrent_steps must be an int >= 1, got {self.max_concurrent_steps!r}"
+            )
+        if not isinstance(self.poll_interval, int | float) or self.poll_interval <= 0:
+            raise InvalidArgument(f"poll_interval must be > 0 seconds, got {self.poll_interval!r}")
+
+
+class WorkerHandle:
+    """A running worker; `shutdown` stops claiming and drains running steps."""
+
+    def __init__(self, task: asyncio.Task[None], stop: asyncio.Event) -> None:
+        self._task = task
+        self._stop = stop
+
+    async def shutdown(self) -> None:
+        """Stop claiming, wait for the steps in flight to settle."""
+        self._stop.set()
+        await self._task
+
+    @property
+    def running(self) -> bool:
+        """True until the worker has stopped."""
+        return not self._task.done()
+
+
+class WorkflowRuntime:
+    """The runtime of multi-step runs over one `Queue`; see the module docstring."""
+
+    def __init__(
+        self,
+        queue: Queue,
+        runner: StepRunner,
+        hook: TerminalHook | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> None:
+        self.queue = queue
+        self.runner = runner
+        self.hook: TerminalHook = hook if hook is not None else NoopTerminalHook()
+        self.options = options or RuntimeOptions()
+        self.clock: Clock = self.options.clock or queue.clock
+        prefix = self.options.memo_prefix or default_memo_prefix(self.options.queue_name)
+        self.memos = MemoStore(queue.writer.objects, prefix)
+        self.view = WorkflowView(queue.view, self.memos)
+        self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+
+    # ---------------------------------------------------------------- submit
+
+    async def submit(self, spec: RunSpec) -> SubmitOutcome:
+        """Start a run; idempotent on ``(run_id, input)``.
+
+        A re-submission of an active run with the same input returns
+        ``newly_submitted=False``; a different input raises `InputMismatch`
+        (nothing written). A terminated run's id may be submitted again.
+        """
+        if not isinstance(spec, RunSpec):
+            raise InvalidArgument(f"submit takes a RunSpec, got {spec!r}")
+        run_id = spec.run_id or self.queue.next_job_id()
+        lock = self._locks.get(run_id)
+        if lock is None:
+            lock = self._locks[run_id] = asyncio.Lock()
+        async with lock:
+            existing = self.view.run_record(run_id)
+            if existing is not None:
+                return self._duplicate(existing, spec.input)
+            record = RunRecord.for_input(
+                run_id, spec.input, self.clock.now_ms(), spec.options.headers
+            )
+            job_id = self.queue.next_job_id()
+            options, fx = first_step(
+                self.options.queue_name,
+                record,
+                spec.input,
+                job_id,
+                priority=spec.options.priority,
+                max_attempts=spec.options.max_attempts_per_step,
+                run_at_ms=spec.options.run_at_ms(),
+                effects=spec.effects,
+            )
+            result = await self.queue.enqueue_with_effects(
+                self.options.queue_name, spec.input, options, fx
+            )
+            if not result.is_new:  # a step 0 of this id is still queued
+                existing = self.view.run_record(run_id)
+                if existing is not None:
+                    return self._duplicate(existing, spec.input)
+                return SubmitOutcome(run_id, result.id, False)
+            return SubmitOutcome(run_id, job_id, True)
+
+    def _duplicate(self, existing: RunRecord, input: bytes) -> SubmitOutcome:
+        if not existing.matches_input(input):
+            raise InputMismatch(existing.run_id)
+        pointer = self.view.pointer(existing.run_id)
+        job_id = pointer.job_id if pointer is not None else ""
+        return SubmitOutcome(existing.run_id, job_id, False)
+
+    # ----------------------------------------------------------- observing
+
+    def status(self, run_id: str) -> RunStatus | None:
+        """Where run ``run_id`` is (None: unknown)."""
+        return self.view.status(run_id)
+
+    async def outcome(self, run_id: str) -> RunOutcome | None:
+        """The committed outcome of a terminated run (None while active)."""
+        return await self.view.outcome(run_id)
+
+    async def wait(self, run_id: str) -> RunEnd | None:
+        """Wait until run ``run_id`` terminates; None if it is unknown."""
+        return await self.wait_timeout(run_id, None)
+
+    async def wait_timeout(self, run_id: str, timeout: float | None) -> RunEnd | None:  # noqa: ASYNC109
+        """`wait` for at most ``timeout`` seconds; `TimeoutError` after that."""
+        validate_run_id(run_id)
+        async with asyncio.timeout(timeout):
+            while True:
+                status = self.view.status(run_id)
+                if status is None:
+                    return None
+                if isinstance(status.state, Terminated):
+                    return RunEnd(status.state.termination, await self.view.outcome(run_id))
+                pointer = self.view.pointer(run_id)
+                if pointer is None:
+                    continue  # terminated in between
+                await self.queue.wait_for_completion(pointer.job_id, None)
+                if self.view.pointer(run_id) == pointer and self.view.run_record(run_id):
+                    # The step job ended without moving the run (e.g. a retry
+                    # was scheduled): wait on the same job again after a tick.
+                    await asyncio.sleep(self.options.poll_interval)
+
+    # --------------------------------------------------------------- cancel
+
+    async def cancel(self, run_id: str) -> bool:
+        """Cancel an active run; False if it is unknown or already terminal.
+
+        The request is recorded on the run record (it survives restarts);
+        a queued step is removed and the run terminated before this returns;
+        a running step is told through its cancellation token, and the
+        worker terminates the run when it returns.
+        """
+        validate_run_id(run_id)
+        key = keys.run_key(run_id)
+        raw = self.queue.kv.get(key)
+        if raw is None:
+            return False
+        record = decode_run_record(raw, f"run record of {run_id!r}")
+        if not record.cancel_requested:
+            flagged = SettlementEffects().kv_put(
+                key, encode_run_record(record.with_cancel_requested())
+            )
+            if await self.queue.kv_compare_commit(key, raw, flagged) is None:
+                return await self.cancel(run_id)  # changed under us: look again
+        pointer = self.view.pointer(run_id)
+        if pointer is None:
+            return True  # terminated in between; the flag went with the record
+        job = self.queue.job_record(pointer.job_id)
+        termination = RunTermination(
+            TerminalStatus.CANCELLED, pointer.step_number, self.clock.now_ms()
+        )
+        outcome = RunOutcome(
+            run_id, TerminalStatus.CANCELLED, pointer.step_number, headers=record.headers
+        )
+        fx = terminate(
+            SettlementEffects(),
+            queue=self.options.queue_name,
+            termination=termination,
+            outcome=outcome,
+            input_sha256=record.input_sha256,
+            notify=self.hook.observes(outcome),
+            priority=job.priority if job is not None else None,
+            max_attempts=job.max_attempts if job is not None else None,
+        )
+        # Pending or scheduled: removed, and the run terminated with it.
+        # Claimed: the token fired; the worker settles the run as cancelled.
+        # Not found: the step moved on; its successor's claim sees the flag.
+        await self.queue.cancel_with(pointer.job_id, fx)
+        return True
+
+    # --------------------------------------------------------------- worker
+
+    def spawn(self) -> WorkerHandle:
+        """Start a worker task on this event loop; `WorkerHandle.shutdown` stops it."""
+        stop = asyncio.Event()
+        task = asyncio.create_task(
+            run_worker_concurrent(
+                self.queue,
+                StepWorker(self),
+                name=self.options.queue_name,
+                concurrency=self.options.max_concurrent_steps,
+                poll_interval=self.options.poll_interval,
+                shutdown=stop,
+            ),
+            name=f"durable-runtime {self.options.queue_name}",
+        )
+        return WorkerHandle(task, stop)

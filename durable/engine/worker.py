@@ -1,0 +1,245 @@
+"""The runtime's queue worker: runs each claimed step and settles its outcome.
+
+For a step job (semantics 2.7): read the run record (a cancellation
+request settles the run as cancelled without running the step), call the
+runner, then settle by this precedence:
+
+| runner result | settlement | run |
+|---|---|---|
+| `Cancel(reason)`, even if cancelled from outside | ack + terminate | cancelled; effects kept |
+| anything, when cancelled from outside | ack + terminate | cancelled; effects discarded |
+| `Continue` | ack + enqueue the next step | active; effects applied |
+| `Succeed` / `Fail` | ack + terminate | succeeded / failed; effects applied |
+| permanent `StepError` | dead-letter + terminate | failed; effects discarded |
+| transient `StepError`, last attempt | exhausting nack + terminate | failed; effects discarded |
+| transient `StepError`, attempts left | nack: retry with backoff | active; effects discarded |
+
+Before a termination it performs, the worker writes the run result record
+to the run memo. A notification job (terminal header) is handed to the
+terminal hook.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable._logging import get_logger
+from durable.engine.delivery import KvReadHandle, Step
+from durable.engine.effects import EffectsHandle, TerminalEffects
+from durable.engine.outcomes import Cancel, Continue, Fail, StepError, StepErrorKind, Succeed
+from durable.engine.records import (
+    RunRecord,
+    RunResultRecord,
+    decode_run_outcome,
+    encode_run_result,
+)
+from durable.engine.runs import (
+    HEADER_RUN_ID,
+    HEADER_STEP,
+    HEADER_TERMINAL,
+    RunOutcome,
+    RunTermination,
+    TerminalStatus,
+    validate_run_id,
+)
+from durable.engine.transitions import advance, terminate, user_headers
+from durable.errors import DurableError, InconsistentRunState
+from durable.store.queue import (
+    Claim,
+    FailWith,
+    JobRecord,
+    LeaseHandle,
+    PermanentFailure,
+    SettlementEffects,
+)
+
+if TYPE_CHECKING:
+    from durable.engine.runtime import WorkflowRuntime
+
+__all__ = ["StepWorker"]
+
+log = get_logger("durable.engine")
+
+
+class _Termination:
+    """How a run ends, before it is turned into effects."""
+
+    __slots__ = ("error", "kind", "result", "status")
+
+    def __init__(
+        self,
+        status: TerminalStatus,
+        *,
+        result: bytes | None = None,
+        error: str | None = None,
+        kind: StepErrorKind | None = None,
+    ) -> None:
+        self.status = status
+        self.result = result
+        self.error = error
+        self.kind = kind
+
+
+class StepWorker:
+    """Processes the jobs of a runtime's queue (a `durable.store.queue.Worker`)."""
+
+    def __init__(self, runtime: WorkflowRuntime) -> None:
+        self.rt = runtime
+
+    async def process(self, job: Claim, lease: LeaseHandle) -> SettlementEffects:
+        """Run one claimed job of the runtime's queue; see the module docstring."""
+        rec = job.record
+        if rec.headers.get(HEADER_TERMINAL) == "1":
+            return await self._notify(rec)
+        run_id, step = self._parse(rec)
+        record = self.rt.view.run_record(run_id)
+        if record is None:
+            raise PermanentFailure(
+                str(InconsistentRunState(run_id, step, "its run record is gone"))
+            )
+        if record.cancel_requested:
+            return await self._terminate(rec, record, step, _Termination(TerminalStatus.CANCELLED))
+        delivery = Step(
+            run_id=run_id,
+            step_number=step,
+            payload=rec.payload,
+            headers=user_headers(rec.headers),
+            job_id=rec.id,
+            attempts=rec.attempts,
+            max_attempts=rec.max_attempts
+            or self.rt.queue.options.config_for(rec.queue).max_attempts,
+            cancel_token=job.cancel_token,
+            lease=lease,
+            memo=self.rt.memos.step_memo(run_id, step),
+            run_memo=self.rt.memos.run_memo(run_id),
+            effects=EffectsHandle(),
+            kv=KvReadHandle(self.rt.queue.kv.get),
+        )
+        error: StepError | None = None
+        try:
+            outcome = await self.rt.runner.run_step(delivery)
+        except Exception as e:
+            error = StepError.from_exception(e)
+            outcome = None
+        finally:
+            delivery.effects.seal()
+        external = job.cancel_token.is_cancelled()
+
+        if isinstance(outcome, Cancel):
+            fx = delivery.effects.apply_to(SettlementEffects())
+            end = _Termination(TerminalStatus.CANCELLED, error=outcome.reason)
+            return await self._terminate(rec, record, step, end, fx)
+        if external:
+            return await self._terminate(rec, record, step, _Termination(TerminalStatus.CANCELLED))
+        if error is not None:
+            end = _Termination(TerminalStatus.FAILED, error=error.message, kind=error.kind)
+            if error.kind is StepErrorKind.PERMANENT:
+                fx = await self._terminate(rec, record, step, end)
+                raise PermanentFailure(error.message, effects=fx)
+            # The effects apply only if this nack exhausts the step's attempts.
+            fx = await self._terminate(
+                rec, record, step, end, write_result=delivery.is_last_attempt()
+            )
+            raise FailWith(error, fx)
+        fx = delivery.effects.apply_to(SettlementEffects())
+        if isinstance(outcome, Continue):
+            return advance(
+                fx,
+                queue=self.rt.options.queue_name,
+                run_id=run_id,
+                step=step,
+                payload=outcome.payload,
+                when=outcome.when,
+                headers=rec.headers,
+                job_id=self.rt.queue.next_job_id(),
+                priority=rec.priority,
+                max_attempts=rec.max_attempts,
+                now_ms=self.rt.clock.now_ms(),
+            )
+        if isinstance(outcome, Succeed):
+            end = _Termination(TerminalStatus.SUCCEEDED, result=outcome.result)
+            return await self._terminate(rec, record, step, end, fx)
+        if isinstance(outcome, Fail):
+            end = _Termination(TerminalStatus.FAILED, error=outcome.reason)
+            return await self._terminate(rec, record, step, end, fx)
+        raise PermanentFailure(
+            f"run {run_id!r} step {step}: the runner returned {outcome!r}, not a StepOutcome"
+        )
+
+    # ------------------------------------------------------------- helpers
+
+    @staticmethod
+    def _parse(rec: JobRecord) -> tuple[str, int]:
+        run_id = rec.headers.get(HEADER_RUN_ID, "")
+        step_text = rec.headers.get(HEADER_STEP, "")
+        try:
+            validate_run_id(run_id)
+            step = int(step_text)
+            if step < 0 or not step_text.isdigit():
+                raise ValueError(step_text)
+        except (DurableError, ValueError):
+            raise PermanentFailure(
+                f"job {rec.id!r} is not a step of a run (headers {HEADER_RUN_ID}={run_id!r}, "
+                f"{HEADER_STEP}={step_text!r})"
+            ) from None
+        return run_id, step
+
+    async def _terminate(
+        self,
+        rec: JobRecord,
+        record: RunRecord,
+        step: int,
+        end: _Termination,
+        effects: SettlementEffects | None = None,
+        *,
+        write_result: bool = True,
+    ) -> SettlementEffects:
+        """The termination effects; writes the run result record first."""
+        rt = self.rt
+        termination = RunTermination(
+            status=end.status,
+            final_step=step,
+            terminated_at_ms=rt.clock.now_ms(),
+            error=end.error,
+            error_kind=end.kind,
+        )
+        outcome = RunOutcome(
+            run_id=record.run_id,
+            status=end.status,
+            final_step=step,
+            result=end.result,
+            error=end.error,
+            headers=record.headers,
+        )
+        if write_result:
+            await rt.memos.put_outcome(
+                record.run_id, encode_run_result(RunResultRecord(termination, outcome))
+            )
+        return terminate(
+            effects if effects is not None else SettlementEffects(),
+            queue=rt.options.queue_name,
+            termination=termination,
+            outcome=outcome,
+            input_sha256=record.input_sha256,
+            notify=rt.hook.observes(outcome),
+            priority=rec.priority,
+            max_attempts=rec.max_attempts,
+        )
+
+    async def _notify(self, rec: JobRecord) -> SettlementEffects:
+        """Hand a terminal notification to the hook; its effects ride the ack."""
+        try:
+            outcome = decode_run_outcome(rec.payload, f"notification {rec.id!r}")
+        except DurableError as e:
+            raise PermanentFailure(str(e)) from None
+        staged = TerminalEffects()
+        try:
+            await self.rt.hook.on_termination(outcome, staged)
+        except Exception as e:
+            error = StepError.from_exception(e)
+            if error.kind is StepErrorKind.PERMANENT:
+                raise PermanentFailure(error.message) from e
+            raise error from e
+        finally:
+            staged.seal()
+        return staged.apply_to(SettlementEffects())

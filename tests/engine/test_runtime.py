@@ -1,0 +1,513 @@
+"""The workflow runtime at its public API: submit, steps, outcomes, cancel, hooks."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import pytest
+
+from durable.engine import (
+    Cancel,
+    Cancelling,
+    Fail,
+    Pending,
+    RunOptions,
+    RunOutcome,
+    RunSpec,
+    RuntimeOptions,
+    Step,
+    StepError,
+    StepErrorKind,
+    StepOutcome,
+    Succeed,
+    TerminalEffects,
+    TerminalStatus,
+    Terminated,
+    WorkflowRuntime,
+    WorkflowView,
+)
+from durable.engine.memo import MemoStore
+from durable.errors import InputMismatch, ReservedKey
+from durable.store.clock import MockClock
+from durable.store.objects.base import ObjectStore
+from durable.store.queue import (
+    JobStatus,
+    OpenOptions,
+    Queue,
+    QueueConfig,
+    QueueReader,
+    SettlementEffects,
+)
+
+Factory = Callable[[], ObjectStore]
+Body = Callable[[Step], Awaitable[StepOutcome]]
+HOUR = 3600.0
+QUEUE = "workflow-steps"
+
+
+class Runner:
+    """Runs ``body`` and records every (run, step, attempt) it ran."""
+
+    def __init__(self, body: Body) -> None:
+        self.body = body
+        self.ran: list[tuple[str, int, int]] = []
+
+    async def run_step(self, step: Step) -> StepOutcome:
+        self.ran.append((step.run_id, step.step_number, step.attempts))
+        return await self.body(step)
+
+
+class RecordingHook:
+    def __init__(self, fail_first: int = 0) -> None:
+        self.seen: list[RunOutcome] = []
+        self.fail_first = fail_first
+        self.called = asyncio.Event()
+
+    def observes(self, outcome: RunOutcome) -> bool:
+        return True
+
+    async def on_termination(self, outcome: RunOutcome, effects: TerminalEffects) -> None:
+        if self.fail_first:
+            self.fail_first -= 1
+            raise StepError.transient("hook endpoint down")
+        self.seen.append(outcome)
+        self.called.set()
+        effects.put(f"hooked/{outcome.run_id}", outcome.status.as_str().encode())
+
+
+@pytest.fixture
+def clock() -> MockClock:
+    return MockClock()
+
+
+@pytest.fixture
+async def open_queue(
+    make_objects: Factory, clock: MockClock
+) -> AsyncIterator[Callable[..., Awaitable[Queue]]]:
+    opened: list[Queue] = []
+
+    async def _open(**config: Any) -> Queue:
+        cfg = QueueConfig(retry_backoff_base=0.0, **config)
+        q = await Queue.open(
+            make_objects(),
+            OpenOptions(
+                clock=clock,
+                reaper_interval=HOUR,
+                scheduler_interval=HOUR,
+                queue_configs={QUEUE: cfg},
+            ),
+        )
+        opened.append(q)
+        return q
+
+    yield _open
+    for q in reversed(opened):
+        await q.close()
+
+
+async def finish(rt: WorkflowRuntime, run_id: str) -> Any:
+    worker = rt.spawn()
+    try:
+        return await asyncio.wait_for(rt.wait(run_id), timeout=30)
+    finally:
+        await worker.shutdown()
+
+
+def chain(steps: int) -> Body:
+    """Continue ``steps`` times, appending to the payload, then succeed with it."""
+
+    async def body(step: Step) -> StepOutcome:
+        if step.step_number < steps:
+            return StepOutcome.continue_now(step.payload + b">%d" % step.step_number)
+        return Succeed(step.payload + b"!")
+
+    return body
+
+
+async def test_single_step_run_succeeds_with_its_result(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    sub = await rt.submit(RunSpec(b"hello", run_id="r1"))
+    assert sub.newly_submitted
+    assert sub.run_id == "r1"
+    status = rt.status("r1")
+    assert status is not None
+    assert isinstance(status.state, Pending)
+    end = await finish(rt, "r1")
+    assert end.termination.status is TerminalStatus.SUCCEEDED
+    assert end.outcome.result == b"hello!"
+    assert end.outcome.final_step == 0
+    assert (await rt.outcome("r1")) == end.outcome
+
+
+async def test_multi_step_run_chains_payloads_and_terminates_once(open_queue: Any) -> None:
+    q = await open_queue()
+    runner = Runner(chain(3))
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"in", run_id="multi"))
+    end = await finish(rt, "multi")
+    assert end.outcome.result == b"in>0>1>2!"
+    assert end.termination.final_step == 3
+    assert [s for _, s, _ in runner.ran] == [0, 1, 2, 3]
+    assert q.stats(QUEUE).pending == 0
+    assert q.stats(QUEUE).claimed == 0
+    status = rt.status("multi")
+    assert status is not None
+    assert isinstance(status.state, Terminated)
+    assert status.current_step == 3
+
+
+async def test_generated_run_ids_are_ulids(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    a = await rt.submit(RunSpec(b"x"))
+    b = await rt.submit(RunSpec(b"x"))
+    assert len(a.run_id) == 26
+    assert a.run_id < b.run_id
+
+
+async def test_continue_after_waits_on_the_clock(open_queue: Any, clock: MockClock) -> None:
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        if step.step_number == 0:
+            return StepOutcome.continue_after(b"later", 60.0)
+        return Succeed(step.payload)
+
+    rt = WorkflowRuntime(q, Runner(body))
+    sub = await rt.submit(RunSpec(b"now", run_id="delayed"))
+    worker = rt.spawn()
+    try:
+        await q.wait_for_completion(sub.job_id, None)  # step 0 acked
+        assert q.stats(QUEUE).scheduled == 1  # step 1 is scheduled a minute out
+        assert q.promote_scheduled_now() == 0
+        clock.advance(60)
+        assert q.promote_scheduled_now() == 1
+        end = await asyncio.wait_for(rt.wait("delayed"), timeout=30)
+    finally:
+        await worker.shutdown()
+    assert end.outcome.result == b"later"
+
+
+async def test_fail_verdict_terminates_without_a_dead_job(open_queue: Any) -> None:
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        return Fail("card declined")
+
+    rt = WorkflowRuntime(q, Runner(body))
+    await rt.submit(RunSpec(b"x", run_id="declined"))
+    end = await finish(rt, "declined")
+    assert end.termination.status is TerminalStatus.FAILED
+    assert end.termination.error == "card declined"
+    assert end.termination.error_kind is None
+    assert q.stats(QUEUE).dead == 0
+
+
+async def test_permanent_error_dead_letters_and_fails_the_run(open_queue: Any) -> None:
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        raise StepError.permanent("schema violation")
+
+    runner = Runner(body)
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"x", run_id="perm"))
+    end = await finish(rt, "perm")
+    assert end.termination.status is TerminalStatus.FAILED
+    assert end.termination.error == "schema violation"
+    assert end.termination.error_kind is StepErrorKind.PERMANENT
+    assert len(runner.ran) == 1
+    assert q.stats(QUEUE).dead == 1
+
+
+async def test_transient_errors_retry_then_succeed(open_queue: Any) -> None:
+    q = await open_queue(max_attempts=5)
+
+    async def body(step: Step) -> StepOutcome:
+        if step.attempts < 3:
+            raise ConnectionError("flaky upstream")
+        return Succeed(b"ok after %d" % step.attempts)
+
+    runner = Runner(body)
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"x", run_id="flaky"))
+    end = await finish(rt, "flaky")
+    assert end.outcome.result == b"ok after 3"
+    assert [a for _, _, a in runner.ran] == [1, 2, 3]
+
+
+async def test_transient_errors_exhaust_attempts_and_fail_the_run(open_queue: Any) -> None:
+    q = await open_queue(max_attempts=2)
+
+    async def body(step: Step) -> StepOutcome:
+        raise StepError.transient("still down")
+
+    runner = Runner(body)
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"x", run_id="exhausted"))
+    end = await finish(rt, "exhausted")
+    assert end.termination.status is TerminalStatus.FAILED
+    assert end.termination.error_kind is StepErrorKind.TRANSIENT
+    assert end.outcome is not None  # written before the exhausting nack
+    assert len(runner.ran) == 2
+    assert q.stats(QUEUE).dead == 1
+
+
+async def test_submit_is_idempotent_on_run_id_and_input(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(1)))
+    first = await rt.submit(RunSpec(b"same", run_id="idem"))
+    again = await rt.submit(RunSpec(b"same", run_id="idem"))
+    assert not again.newly_submitted
+    assert again.job_id == first.job_id
+    before = dict(q.writer.state.scan())
+    with pytest.raises(InputMismatch) as exc:
+        await rt.submit(RunSpec(b"different", run_id="idem"))
+    assert "idem" in str(exc.value)
+    assert dict(q.writer.state.scan()) == before  # nothing written
+    claim = await q.claim(QUEUE)  # step 0 claimed: its dedup key is released
+    assert claim is not None
+    still = await rt.submit(RunSpec(b"same", run_id="idem"))
+    assert not still.newly_submitted
+    assert q.stats(QUEUE).pending == 0
+
+
+async def test_submit_idempotency_survives_a_restart(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    await rt.submit(RunSpec(b"same", run_id="durable-idem"))
+    await q.close()
+    q2 = await open_queue()
+    rt2 = WorkflowRuntime(q2, Runner(chain(0)))
+    assert not (await rt2.submit(RunSpec(b"same", run_id="durable-idem"))).newly_submitted
+    with pytest.raises(InputMismatch):
+        await rt2.submit(RunSpec(b"other", run_id="durable-idem"))
+
+
+async def test_a_terminated_run_id_can_be_submitted_again(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    await rt.submit(RunSpec(b"one", run_id="again"))
+    await finish(rt, "again")
+    second = await rt.submit(RunSpec(b"two", run_id="again"))
+    assert second.newly_submitted
+    end = await finish(rt, "again")
+    assert end.outcome.result == b"two!"
+
+
+async def test_submit_effects_commit_with_step_zero(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    fx = SettlementEffects().kv_put(b"app/orders/1", b"submitted")
+    await rt.submit(RunSpec(b"x", run_id="fx", effects=fx))
+    assert q.kv.get(b"app/orders/1") == b"submitted"
+    dup = SettlementEffects().kv_put(b"app/orders/1", b"overwritten")
+    await rt.submit(RunSpec(b"x", run_id="fx", effects=dup))
+    assert q.kv.get(b"app/orders/1") == b"submitted"  # a duplicate drops its effects
+    with pytest.raises(ReservedKey):
+        RunSpec(b"x", effects=SettlementEffects().kv_put(b"workflow/runs/x", b"evil"))
+
+
+async def test_step_effects_commit_with_the_outcome_and_not_on_errors(open_queue: Any) -> None:
+    q = await open_queue(max_attempts=3)
+    seen: list[bytes | None] = []
+
+    async def body(step: Step) -> StepOutcome:
+        seen.append(step.kv.get(b"app/progress"))
+        step.effects.put(b"app/progress", b"%d" % step.step_number)
+        if step.step_number == 1 and step.attempts == 1:
+            raise StepError.transient("retry me")  # its staged effect is dropped
+        if step.step_number < 2:
+            return StepOutcome.continue_now(step.payload)
+        with pytest.raises(ReservedKey):
+            step.effects.put(b"workflow/x", b"no")
+        return Succeed(b"done")
+
+    rt = WorkflowRuntime(q, Runner(body))
+    await rt.submit(RunSpec(b"x", run_id="fx-steps"))
+    await finish(rt, "fx-steps")
+    # committed state only: step 0's write, seen by both attempts of step 1.
+    assert seen == [None, b"0", b"0", b"1"]
+    assert q.kv.get(b"app/progress") == b"2"
+
+
+async def test_cancel_of_a_pending_run_terminates_it_at_once(open_queue: Any) -> None:
+    q = await open_queue()
+    hook = RecordingHook()
+    rt = WorkflowRuntime(q, Runner(chain(0)), hook)
+    await rt.submit(RunSpec(b"x", run_id="c1"))
+    assert await rt.cancel("c1") is True
+    status = rt.status("c1")
+    assert status is not None
+    assert isinstance(status.state, Terminated)
+    assert status.state.termination.status is TerminalStatus.CANCELLED
+    assert await rt.outcome("c1") is None  # no worker recorded an outcome
+    assert await rt.cancel("c1") is False  # already terminal
+    assert await rt.cancel("nobody") is False
+    end = await finish(rt, "c1")  # the notification is still delivered
+    assert end.termination.status is TerminalStatus.CANCELLED
+    worker = rt.spawn()
+    try:
+        await hook.called.wait()
+    finally:
+        await worker.shutdown()
+    assert [o.status for o in hook.seen] == [TerminalStatus.CANCELLED]
+
+
+async def test_cancel_of_a_running_step_discards_its_outcome(open_queue: Any) -> None:
+    q = await open_queue()
+    started = asyncio.Event()
+
+    async def body(step: Step) -> StepOutcome:
+        step.effects.put(b"app/should-not", b"land")
+        started.set()
+        await step.cancel_token.wait()
+        return StepOutcome.continue_now(b"ignored")
+
+    rt = WorkflowRuntime(q, Runner(body))
+    await rt.submit(RunSpec(b"x", run_id="c2"))
+    worker = rt.spawn()
+    try:
+        await started.wait()
+        assert await rt.cancel("c2") is True
+        status = rt.status("c2")
+        assert status is not None
+        if not isinstance(status.state, Terminated):
+            assert isinstance(status.state, Cancelling)
+        end = await asyncio.wait_for(rt.wait("c2"), timeout=30)
+    finally:
+        await worker.shutdown()
+    assert end.termination.status is TerminalStatus.CANCELLED
+    assert end.termination.error is None
+    assert q.kv.get(b"app/should-not") is None
+
+
+async def test_runner_cancel_verdict_keeps_its_effects(open_queue: Any) -> None:
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        step.effects.put(b"app/why", b"user gave up")
+        return Cancel("user gave up")
+
+    rt = WorkflowRuntime(q, Runner(body))
+    await rt.submit(RunSpec(b"x", run_id="c3"))
+    end = await finish(rt, "c3")
+    assert end.termination.status is TerminalStatus.CANCELLED
+    assert end.termination.error == "user gave up"
+    assert q.kv.get(b"app/why") == b"user gave up"
+
+
+async def test_terminal_hook_sees_each_outcome_and_commits_its_effects(
+    open_queue: Any,
+) -> None:
+    q = await open_queue(max_attempts=3)
+    hook = RecordingHook(fail_first=1)
+    rt = WorkflowRuntime(q, Runner(chain(1)), hook)
+    await rt.submit(RunSpec(b"x", run_id="h1", options=RunOptions(headers={"tenant": "t1"})))
+    worker = rt.spawn()
+    try:
+        await asyncio.wait_for(rt.wait("h1"), timeout=30)
+        await hook.called.wait()  # the first hook call failed transiently: retried
+    finally:
+        await worker.shutdown()
+    [seen] = hook.seen
+    assert seen.status is TerminalStatus.SUCCEEDED
+    assert seen.headers == {"tenant": "t1"}
+    assert seen.result == b"x>0!"
+    assert q.kv.get(b"hooked/h1") == b"succeeded"
+
+
+async def test_a_restarted_process_resumes_without_repeating_finished_steps(
+    open_queue: Any,
+) -> None:
+    q = await open_queue()
+    gate = asyncio.Event()
+    in_step_2 = asyncio.Event()
+
+    async def body(step: Step) -> StepOutcome:
+        if step.step_number == 2 and not gate.is_set():
+            in_step_2.set()
+            await asyncio.Event().wait()  # "crashes" here: never returns
+        return await chain(3)(step)
+
+    runner = Runner(body)
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"in", run_id="resume"))
+    worker = rt.spawn()
+    await in_step_2.wait()
+    assert [s for _, s, _ in runner.ran] == [0, 1, 2]
+    worker._task.cancel()  # the process dies with step 2 in flight
+    with pytest.raises(asyncio.CancelledError):
+        await worker._task
+    gate.set()
+    q2 = await open_queue()  # a new writer fences the old one and requeues step 2
+    runner2 = Runner(body)
+    rt2 = WorkflowRuntime(q2, runner2)
+    status = rt2.status("resume")
+    assert status is not None
+    assert status.current_step == 2
+    end = await finish(rt2, "resume")
+    assert end.outcome.result == b"in>0>1>2!"
+    assert [s for _, s, _ in runner2.ran] == [2, 3]  # 0 and 1 never ran again
+
+
+async def test_status_from_a_reader_in_another_process(
+    open_queue: Any, make_objects: Factory
+) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(1)), options=RuntimeOptions(memo_prefix="memo"))
+    await rt.submit(RunSpec(b"x", run_id="seen"))
+    await q.writer.flush()
+    reader = await QueueReader.open(make_objects())
+    view = WorkflowView(reader, MemoStore(make_objects(), "memo"))
+    status = view.status("seen")
+    assert status is not None
+    assert isinstance(status.state, Pending)
+    await finish(rt, "seen")
+    await q.writer.flush()
+    await reader.refresh()
+    status = view.status("seen")
+    assert status is not None
+    assert isinstance(status.state, Terminated)
+    outcome = await view.outcome("seen")
+    assert outcome is not None
+    assert outcome.result == b"x>0!"
+    assert view.status("never") is None
+
+
+async def test_a_bad_step_job_is_dead_lettered(open_queue: Any) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    job = await q.enqueue(QUEUE, b"not a step")
+    worker = rt.spawn()
+    try:
+        await q.wait_for_completion(job, None)
+    finally:
+        await worker.shutdown()
+    rec = q.job_record(job)
+    assert rec is not None
+    assert rec.status is JobStatus.DEAD
+    assert "not a step of a run" in (rec.last_error or "")
+
+
+async def test_multi_step_run_on_every_backend(location: Any) -> None:
+    q = await Queue.open(location.url, storage_options=location.options)
+    try:
+        runner = Runner(chain(4))
+        rt = WorkflowRuntime(q, runner)
+        await rt.submit(RunSpec(b"cloud", run_id="everywhere"))
+        end = await finish(rt, "everywhere")
+    finally:
+        await q.close()
+    assert end.outcome.result == b"cloud>0>1>2>3!"
+    assert [s for _, s, _ in runner.ran] == [0, 1, 2, 3, 4]
+    q = await Queue.open(location.url, storage_options=location.options)  # reopened
+    try:
+        status = WorkflowRuntime(q, runner).status("everywhere")
+        assert status is not None
+        assert isinstance(status.state, Terminated)
+    finally:
+        await q.close()
