@@ -8,6 +8,7 @@ write there):
 | ``workflow/runs/{run_id}`` | `RunRecord`, while the run is active |
 | ``workflow/steps/{run_id}`` | `StepPointer` (current step and its job), while active |
 | ``workflow/outcomes/{run_id}`` | `TerminalRecord`, once terminated |
+| ``workflow/terminals/`` + 8-byte time + run id | terminal marker (with memo retention) |
 
 Step jobs carry the dedup key ``run:{run_id}:{step}``; the terminal
 notification job ``run:{run_id}:terminal``.
@@ -17,7 +18,17 @@ from __future__ import annotations
 
 from durable.engine.runs import RESERVED_KV_PREFIX
 
-__all__ = ["notification_dedup", "outcome_key", "pointer_key", "run_key", "step_dedup"]
+__all__ = [
+    "TERMINALS_PREFIX",
+    "notification_dedup",
+    "outcome_key",
+    "pointer_key",
+    "run_key",
+    "step_dedup",
+]
+
+#: The `ExpiryIndex` of terminal markers, for memo retention.
+TERMINALS_PREFIX = RESERVED_KV_PREFIX + b"terminals/"
 
 
 def run_key(run_id: str) -> bytes:

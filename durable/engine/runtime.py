@@ -14,6 +14,7 @@ import asyncio
 import weakref
 from dataclasses import dataclass, field
 
+from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.delivery import StepRunner
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
@@ -37,6 +38,8 @@ from durable.engine.view import WorkflowView
 from durable.engine.worker import StepWorker
 from durable.errors import InputMismatch, InvalidArgument
 from durable.store.clock import Clock
+from durable.store.expiry import Delete, ExpiryEntry, ExpiryIndex
+from durable.store.kv import KvEffects
 from durable.store.queue import (
     Queue,
     SettlementEffects,
@@ -44,6 +47,8 @@ from durable.store.queue import (
 )
 
 __all__ = ["RuntimeOptions", "WorkerHandle", "WorkflowRuntime"]
+
+log = get_logger("durable.engine")
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +63,9 @@ class RuntimeOptions:
     max_concurrent_steps: int = 8
     #: How long an idle worker waits before polling again (seconds).
     poll_interval: float = 0.25
+    #: Remove a terminated run's memo entries and terminal record this many
+    #: seconds after it terminated; None keeps them.
+    memo_retention: float | None = None
     #: The clock; None: the queue's.
     clock: Clock | None = field(default=None)
 
@@ -68,19 +76,38 @@ class RuntimeOptions:
             )
         if not isinstance(self.poll_interval, int | float) or self.poll_interval <= 0:
             raise InvalidArgument(f"poll_interval must be > 0 seconds, got {self.poll_interval!r}")
+        if self.memo_retention is not None and (
+            not isinstance(self.memo_retention, int | float) or self.memo_retention < 0.001
+        ):
+            raise InvalidArgument(
+                f"memo_retention must be None or at least 0.001 seconds, "
+                f"got {self.memo_retention!r}"
+            )
 
 
 class WorkerHandle:
     """A running worker; `shutdown` stops claiming and drains running steps."""
 
-    def __init__(self, task: asyncio.Task[None], stop: asyncio.Event) -> None:
+    def __init__(
+        self, task: asyncio.Task[None], stop: asyncio.Event, sweeper: asyncio.Task[None]
+    ) -> None:
         self._task = task
         self._stop = stop
+        self._sweeper = sweeper
 
     async def shutdown(self) -> None:
         """Stop claiming, wait for the steps in flight to settle."""
         self._stop.set()
+        self._sweeper.cancel()
+        await asyncio.gather(self._sweeper, return_exceptions=True)
         await self._task
+
+    async def abort(self) -> None:
+        """Stop at once, as a crash would: steps in flight keep their claims
+        (they are redelivered when their leases expire, or at the next open)."""
+        self._sweeper.cancel()
+        self._task.cancel()
+        await asyncio.gather(self._sweeper, self._task, return_exceptions=True)
 
     @property
     def running(self) -> bool:
@@ -106,6 +133,7 @@ class WorkflowRuntime:
         prefix = self.options.memo_prefix or default_memo_prefix(self.options.queue_name)
         self.memos = MemoStore(queue.writer.objects, prefix)
         self.view = WorkflowView(queue.view, self.memos)
+        self._terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # ---------------------------------------------------------------- submit
@@ -232,12 +260,43 @@ class WorkflowRuntime:
             notify=self.hook.observes(outcome),
             priority=job.priority if job is not None else None,
             max_attempts=job.max_attempts if job is not None else None,
+            marker_key=self.marker_key(run_id, termination.terminated_at_ms),
         )
         # Pending or scheduled: removed, and the run terminated with it.
         # Claimed: the token fired; the worker settles the run as cancelled.
         # Not found: the step moved on; its successor's claim sees the flag.
         await self.queue.cancel_with(pointer.job_id, fx)
         return True
+
+    # ------------------------------------------------------- memo retention
+
+    def marker_key(self, run_id: str, terminated_at_ms: int) -> bytes | None:
+        """The terminal-marker key of a termination (None without memo retention)."""
+        if self.options.memo_retention is None:
+            return None
+        return self._terminals.entry_key(terminated_at_ms, run_id.encode())
+
+    async def sweep_memos(self) -> int:
+        """Remove the memo entries and terminal records of runs whose retention
+        has passed; how many runs. A no-op without memo retention."""
+        retention = self.options.memo_retention
+        if retention is None:
+            return 0
+
+        async def expire(entry: ExpiryEntry) -> Delete:
+            run_id = entry.suffix.decode()
+            await self.memos.clear_run(run_id)
+            return Delete(KvEffects().delete(keys.outcome_key(run_id)))
+
+        return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
+
+    async def _sweep_loop(self) -> None:
+        while True:
+            try:
+                await self.sweep_memos()
+            except Exception as e:  # logged; the next pass retries
+                log.error("memo retention sweep failed", error=str(e))
+            await self.clock.sleep(self.options.poll_interval)
 
     # --------------------------------------------------------------- worker
 
@@ -255,4 +314,5 @@ class WorkflowRuntime:
             ),
             name=f"durable-runtime {self.options.queue_name}",
         )
-        return WorkerHandle(task, stop)
+        sweeper = asyncio.create_task(self._sweep_loop(), name="durable-memo-sweep")
+        return WorkerHandle(task, stop, sweeper)

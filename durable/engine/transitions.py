@@ -135,15 +135,19 @@ def terminate(
     notify: bool,
     priority: int | None,
     max_attempts: int | None,
+    marker_key: bytes | None = None,
 ) -> SettlementEffects:
     """Add a run's termination to ``effects``: records out, terminal record
-    in, and the notification job when the hook observes the outcome."""
+    in, the terminal marker (memo retention), and the notification job when
+    the hook observes the outcome."""
     run_id = outcome.run_id
     effects.kv_delete(keys.run_key(run_id))
     effects.kv_delete(keys.pointer_key(run_id))
     effects.kv_put(
         keys.outcome_key(run_id), encode_terminal_record(TerminalRecord(termination, input_sha256))
     )
+    if marker_key is not None:
+        effects.kv_put(marker_key, b"")
     if notify:
         effects.enqueue(
             queue,

@@ -224,6 +224,7 @@ class StepWorker:
             notify=rt.hook.observes(outcome),
             priority=rec.priority,
             max_attempts=rec.max_attempts,
+            marker_key=rt.marker_key(record.run_id, termination.terminated_at_ms),
         )
 
     async def _notify(self, rec: JobRecord) -> SettlementEffects:

@@ -439,9 +439,7 @@ async def test_a_restarted_process_resumes_without_repeating_finished_steps(
     worker = rt.spawn()
     await in_step_2.wait()
     assert [s for _, s, _ in runner.ran] == [0, 1, 2]
-    worker._task.cancel()  # the process dies with step 2 in flight
-    with pytest.raises(asyncio.CancelledError):
-        await worker._task
+    await worker.abort()  # the process dies with step 2 in flight
     gate.set()
     q2 = await open_queue()  # a new writer fences the old one and requeues step 2
     runner2 = Runner(body)
@@ -511,3 +509,65 @@ async def test_multi_step_run_on_every_backend(location: Any) -> None:
         assert isinstance(status.state, Terminated)
     finally:
         await q.close()
+
+
+async def test_memo_retention_removes_a_terminated_runs_memos_after_the_window(
+    open_queue: Any, clock: MockClock
+) -> None:
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        await step.memo.put("k", "step value")
+        await step.run_memo.put("journal", [1, 2])
+        return Succeed(b"done")
+
+    rt = WorkflowRuntime(q, Runner(body), options=RuntimeOptions(memo_retention=60.0))
+    await rt.submit(RunSpec(b"x", run_id="kept"))
+    await finish(rt, "kept")
+    assert await rt.memos.step_memo("kept", 0).get("k") == "step value"
+    assert await rt.sweep_memos() == 0  # not due yet
+    clock.advance(59)
+    assert await rt.sweep_memos() == 0
+    assert await rt.outcome("kept") is not None
+    clock.advance(1)  # due when terminated_at + retention <= now
+    assert await rt.sweep_memos() == 1
+    assert await rt.memos.step_memo("kept", 0).get("k") is None
+    assert await rt.memos.run_memo("kept").get("journal") is None
+    assert rt.status("kept") is None  # the terminal record went too
+    assert await rt.outcome("kept") is None
+    assert await rt.sweep_memos() == 0
+
+
+async def test_without_memo_retention_nothing_is_swept(open_queue: Any, clock: MockClock) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)))
+    await rt.submit(RunSpec(b"x", run_id="forever"))
+    await finish(rt, "forever")
+    clock.advance(10 * 365 * 86400)
+    assert await rt.sweep_memos() == 0
+    assert await rt.outcome("forever") is not None
+
+
+async def test_memo_retention_sweep_runs_in_the_worker_and_after_a_restart(
+    open_queue: Any, clock: MockClock
+) -> None:
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)), options=RuntimeOptions(memo_retention=30.0))
+    await rt.submit(RunSpec(b"x", run_id="swept"))
+    await finish(rt, "swept")
+    await q.close()
+    q2 = await open_queue()  # a new process: the index bound is unknown, found by scan
+    rt2 = WorkflowRuntime(q2, Runner(chain(0)), options=RuntimeOptions(memo_retention=30.0))
+    clock.advance(30)
+    assert rt2.status("swept") is not None
+    await clock.wait_for_sleepers(2)  # the queue's reaper and scheduler are parked
+    parked = clock.sleepers
+    worker = rt2.spawn()  # sweeps at startup, then every poll interval
+    try:
+        # The idle worker and the sweeper are parked on the clock too: the
+        # startup pass is done.
+        await clock.wait_for_sleepers(parked + 2)
+        assert rt2.status("swept") is None
+    finally:
+        await worker.shutdown()
+    assert await rt2.outcome("swept") is None

@@ -333,7 +333,10 @@ class LogWriter:
             failure = StoreClosed(self.objects.url, f"a log write failed: {e!r}")
             failure.__cause__ = e
         self._failure = failure
-        log.error("writer stopped", url=self.objects.url, error=str(failure))
+        if isinstance(e, asyncio.CancelledError):  # the loop is shutting down
+            log.debug("writer stopped", url=self.objects.url, error=str(failure))
+        else:
+            log.error("writer stopped", url=self.objects.url, error=str(failure))
         for grp in (g, self._open):
             if not grp.future.done():
                 grp.future.set_exception(failure)
