@@ -571,3 +571,58 @@ async def test_memo_retention_sweep_runs_in_the_worker_and_after_a_restart(
     finally:
         await worker.shutdown()
     assert await rt2.outcome("swept") is None
+
+
+async def test_a_long_step_extends_its_lease_through_the_delivery(
+    open_queue: Any, clock: MockClock
+) -> None:
+    q = await open_queue(lease_duration=30.0)
+    started = asyncio.Event()
+    release = asyncio.Event()
+
+    async def body(step: Step) -> StepOutcome:
+        if step.headers.get("extend") == "yes":
+            step.lease.ensure_at_least(600)  # before a slow call with a 10-minute timeout
+        started.set()
+        await release.wait()
+        return Succeed(b"slow")
+
+    for extend, reaped in (("yes", 0), ("no", 1)):
+        started.clear()
+        release.clear()
+        rt = WorkflowRuntime(q, Runner(body))
+        run_id = f"long-{extend}"
+        await rt.submit(
+            RunSpec(b"x", run_id=run_id, options=RunOptions(headers={"extend": extend}))
+        )
+        worker = rt.spawn()
+        try:
+            await started.wait()
+            clock.advance(31)  # past the queue's 30 s lease
+            assert q.reap_now() == reaped
+            release.set()
+            end = await asyncio.wait_for(rt.wait(run_id), timeout=30)
+        finally:
+            await worker.shutdown()
+        assert end.termination.status is TerminalStatus.SUCCEEDED
+
+
+async def test_a_step_claimed_after_a_cancel_request_never_runs(open_queue: Any) -> None:
+    from durable.engine import keys
+    from durable.engine.records import decode_run_record, encode_run_record
+
+    q = await open_queue()
+    runner = Runner(chain(0))
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"x", run_id="late"))
+    # A request recorded by another runtime whose cancel found no queued job.
+    raw = q.kv.get(keys.run_key("late"))
+    assert raw is not None
+    flagged = encode_run_record(decode_run_record(raw).with_cancel_requested())
+    await q.commit_effects(SettlementEffects().kv_put(keys.run_key("late"), flagged))
+    status = rt.status("late")
+    assert status is not None
+    assert isinstance(status.state, Cancelling)
+    end = await finish(rt, "late")
+    assert end.termination.status is TerminalStatus.CANCELLED
+    assert runner.ran == []
