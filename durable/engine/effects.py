@@ -56,6 +56,16 @@ class EffectsHandle:
             raise ConflictingKvEffect(k)
         self._deletes.add(k)
 
+    def staged(self) -> tuple[dict[bytes, bytes], frozenset[bytes]]:
+        """Copies of the staged writes and deletes."""
+        return dict(self._puts), frozenset(self._deletes)
+
+    def restore(self, puts: dict[bytes, bytes], deletes: frozenset[bytes]) -> None:
+        """Stage writes and deletes recorded earlier (a replayed outcome's)."""
+        self._check_open()
+        self._puts.update(puts)
+        self._deletes.update(deletes)
+
     def seal(self) -> None:
         """Refuse further staging (the step has returned)."""
         self._sealed = True

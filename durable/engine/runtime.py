@@ -20,6 +20,7 @@ from durable.engine.delivery import StepRunner
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import MemoStore
 from durable.engine.records import RunRecord, decode_run_record, encode_run_record
+from durable.engine.replay import ReplayStore
 from durable.engine.runs import (
     DEFAULT_QUEUE_NAME,
     RunEnd,
@@ -66,6 +67,10 @@ class RuntimeOptions:
     #: Remove a terminated run's memo entries and terminal record this many
     #: seconds after it terminated; None keeps them.
     memo_retention: float | None = None
+    #: Record every runner outcome before settling it, and replay it on a
+    #: redelivery instead of running the step again (one object read per
+    #: delivery and one write per outcome).
+    step_output_replay: bool = False
     #: The clock; None: the queue's.
     clock: Clock | None = field(default=None)
 
@@ -134,6 +139,7 @@ class WorkflowRuntime:
         self.memos = MemoStore(queue.writer.objects, prefix)
         self.view = WorkflowView(queue.view, self.memos)
         self._terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
+        self.replays = ReplayStore(self.memos)
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # ---------------------------------------------------------------- submit

@@ -26,13 +26,22 @@ from typing import TYPE_CHECKING
 from durable._logging import get_logger
 from durable.engine.delivery import KvReadHandle, Step
 from durable.engine.effects import EffectsHandle, TerminalEffects
-from durable.engine.outcomes import Cancel, Continue, Fail, StepError, StepErrorKind, Succeed
+from durable.engine.outcomes import (
+    Cancel,
+    Continue,
+    Fail,
+    StepError,
+    StepErrorKind,
+    StepOutcome,
+    Succeed,
+)
 from durable.engine.records import (
     RunRecord,
     RunResultRecord,
     decode_run_outcome,
     encode_run_result,
 )
+from durable.engine.replay import ReplayRecord
 from durable.engine.runs import (
     HEADER_RUN_ID,
     HEADER_STEP,
@@ -116,14 +125,31 @@ class StepWorker:
             kv=KvReadHandle(self.rt.queue.kv.get),
         )
         error: StepError | None = None
-        try:
-            outcome = await self.rt.runner.run_step(delivery)
-        except Exception as e:
-            error = StepError.from_exception(e)
-            outcome = None
-        finally:
+        replay = self.rt.options.step_output_replay
+        stored = await self.rt.replays.get(run_id, step, rec.payload) if replay else None
+        outcome: StepOutcome | None
+        if stored is not None:  # a redelivery after a crash: no second run
+            outcome = stored.adjusted(self.rt.clock.now_ms())
+            delivery.effects.restore(stored.puts, stored.deletes)
             delivery.effects.seal()
+        else:
+            try:
+                outcome = await self.rt.runner.run_step(delivery)
+            except Exception as e:
+                error = StepError.from_exception(e)
+                outcome = None
+            finally:
+                delivery.effects.seal()
         external = job.cancel_token.is_cancelled()
+        if replay and stored is None and error is None and not external:
+            if not isinstance(outcome, StepOutcome):
+                raise PermanentFailure(
+                    f"run {run_id!r} step {step}: the runner returned {outcome!r}, "
+                    "not a StepOutcome"
+                )
+            puts, deletes = delivery.effects.staged()
+            replayed = ReplayRecord(self.rt.clock.now_ms(), outcome, puts, deletes)
+            await self.rt.replays.put(run_id, step, rec.payload, replayed)
 
         if isinstance(outcome, Cancel):
             fx = delivery.effects.apply_to(SettlementEffects())

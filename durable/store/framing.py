@@ -28,6 +28,7 @@ class Kind(enum.IntEnum):
     CHECKPOINT = 2
     BLOB = 3
     MEMO = 4
+    REPLAY = 5
 
 
 def frame(kind: Kind, body: bytes, version: int = FORMAT_VERSION) -> bytes:
