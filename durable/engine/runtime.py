@@ -23,6 +23,8 @@ from durable.engine.records import RunRecord, decode_run_record, encode_run_reco
 from durable.engine.replay import ReplayStore
 from durable.engine.runs import (
     DEFAULT_QUEUE_NAME,
+    HEADER_RUN_ID,
+    HEADER_TERMINAL,
     RunEnd,
     RunOutcome,
     RunSpec,
@@ -140,6 +142,7 @@ class WorkflowRuntime:
         self.view = WorkflowView(queue.view, self.memos)
         self._terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
         self.replays = ReplayStore(self.memos)
+        self._dead_seen = -1
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # ---------------------------------------------------------------- submit
@@ -296,12 +299,64 @@ class WorkflowRuntime:
 
         return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
 
-    async def _sweep_loop(self) -> None:
+    # --------------------------------------------------------- reconciliation
+
+    async def reconcile_dead(self) -> int:
+        """Terminate runs whose current step was dead-lettered outside the
+        runtime (by the reaper at the attempt limit, or by crash recovery at
+        open): Failed with the job's last error, notification included.
+        Returns how many runs it terminated. Cheap when the dead count has
+        not changed since the last call."""
+        name = self.options.queue_name
+        dead = self.queue.stats(name).dead
+        if dead == self._dead_seen:
+            return 0
+        ended = 0
+        after: str | None = None
+        while page := self.queue.dead_jobs(name, after_id=after, limit=100):
+            after = page[-1].id
+            for job in page:
+                run_id = job.headers.get(HEADER_RUN_ID)
+                if run_id is None or job.headers.get(HEADER_TERMINAL) == "1":
+                    continue
+                ended += await self._fail_dead_step(run_id, job.id, job.last_error)
+        self._dead_seen = dead
+        return ended
+
+    async def _fail_dead_step(self, run_id: str, job_id: str, error: str | None) -> int:
+        key = keys.run_key(run_id)
+        raw = self.queue.kv.get(key)
+        pointer = self.view.pointer(run_id)
+        if raw is None or pointer is None or pointer.job_id != job_id:
+            return 0  # terminated already, or the run moved on
+        record = decode_run_record(raw, f"run record of {run_id!r}")
+        step = pointer.step_number
+        termination = RunTermination(TerminalStatus.FAILED, step, self.clock.now_ms(), error=error)
+        outcome = RunOutcome(
+            run_id, TerminalStatus.FAILED, step, error=error, headers=record.headers
+        )
+        fx = terminate(
+            SettlementEffects(),
+            queue=self.options.queue_name,
+            termination=termination,
+            outcome=outcome,
+            input_sha256=record.input_sha256,
+            notify=self.hook.observes(outcome),
+            priority=None,
+            max_attempts=None,
+            marker_key=self.marker_key(run_id, termination.terminated_at_ms),
+        )
+        # Only if the run record is still the one read: a concurrent cancel or
+        # settlement wins.
+        return 0 if await self.queue.kv_compare_commit(key, raw, fx) is None else 1
+
+    async def _maintenance_loop(self) -> None:
         while True:
-            try:
-                await self.sweep_memos()
-            except Exception as e:  # logged; the next pass retries
-                log.error("memo retention sweep failed", error=str(e))
+            for task in (self.reconcile_dead, self.sweep_memos):
+                try:
+                    await task()
+                except Exception as e:  # logged; the next pass retries
+                    log.error("runtime maintenance failed", task=task.__name__, error=str(e))
             await self.clock.sleep(self.options.poll_interval)
 
     # --------------------------------------------------------------- worker
@@ -320,5 +375,5 @@ class WorkflowRuntime:
             ),
             name=f"durable-runtime {self.options.queue_name}",
         )
-        sweeper = asyncio.create_task(self._sweep_loop(), name="durable-memo-sweep")
+        sweeper = asyncio.create_task(self._maintenance_loop(), name="durable-maintenance")
         return WorkerHandle(task, stop, sweeper)

@@ -626,3 +626,64 @@ async def test_a_step_claimed_after_a_cancel_request_never_runs(open_queue: Any)
     end = await finish(rt, "late")
     assert end.termination.status is TerminalStatus.CANCELLED
     assert runner.ran == []
+
+
+async def test_a_step_the_reaper_dead_letters_fails_its_run(
+    open_queue: Any, clock: MockClock
+) -> None:
+    q = await open_queue(max_attempts=1, lease_duration=30.0)
+    started = asyncio.Event()
+    release = asyncio.Event()
+    hook = RecordingHook()
+
+    async def body(step: Step) -> StepOutcome:
+        started.set()
+        await release.wait()
+        return Succeed(b"too late")
+
+    rt = WorkflowRuntime(q, Runner(body), hook)
+    await rt.submit(RunSpec(b"x", run_id="reaped"))
+    worker = rt.spawn()
+    try:
+        await started.wait()
+        clock.advance(31)
+        assert q.reap_now() == 1  # out of attempts: dead-lettered by the reaper
+        assert await rt.reconcile_dead() == 1
+        assert await rt.reconcile_dead() == 0  # nothing new
+        release.set()  # the late ack finds its claim lost; the run stays failed
+        await hook.called.wait()
+    finally:
+        await worker.shutdown()
+    status = rt.status("reaped")
+    assert status is not None
+    assert isinstance(status.state, Terminated)
+    assert status.state.termination.status is TerminalStatus.FAILED
+    assert status.state.termination.error == "lease expired"
+    assert status.state.termination.error_kind is None
+    assert await rt.outcome("reaped") is None  # no worker recorded one
+    assert [o.status for o in hook.seen] == [TerminalStatus.FAILED]
+
+
+async def test_a_step_dead_lettered_at_open_fails_its_run(open_queue: Any) -> None:
+    q = await open_queue(max_attempts=1)
+    started = asyncio.Event()
+
+    async def body(step: Step) -> StepOutcome:
+        started.set()
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable")
+
+    rt = WorkflowRuntime(q, Runner(body))
+    await rt.submit(RunSpec(b"x", run_id="interrupted"))
+    worker = rt.spawn()
+    await started.wait()
+    await worker.abort()  # the process dies with the step claimed
+    q2 = await open_queue(max_attempts=1)  # recovery dead-letters it: no attempts left
+    rt2 = WorkflowRuntime(q2, Runner(chain(0)))
+    worker2 = rt2.spawn()  # reconciles at startup
+    try:
+        end = await asyncio.wait_for(rt2.wait("interrupted"), timeout=30)
+    finally:
+        await worker2.shutdown()
+    assert end.termination.status is TerminalStatus.FAILED
+    assert end.termination.error == "claim interrupted by process exit"
