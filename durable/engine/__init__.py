@@ -8,7 +8,7 @@ the durable records the runtime stores with their encoding, and the memo
 store (`MemoStore`, `Memo`).
 """
 
-from durable.engine.delivery import KvReadHandle, Step, StepRunner
+from durable.engine.delivery import Delivery, KvReadHandle, Step, StepRunner
 from durable.engine.effects import EffectsHandle, TerminalEffects
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import Memo, MemoStore
@@ -87,6 +87,7 @@ __all__ = [
     "Cancel",
     "Cancelling",
     "Continue",
+    "Delivery",
     "EffectsHandle",
     "Fail",
     "Immediate",

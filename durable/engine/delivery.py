@@ -19,7 +19,7 @@ from durable.engine.outcomes import StepOutcome
 from durable.store.objects.memory import MemoryObjectStore
 from durable.store.queue import CancelToken, LeaseHandle
 
-__all__ = ["KvReadHandle", "Step", "StepRunner"]
+__all__ = ["Delivery", "KvReadHandle", "Step", "StepRunner"]
 
 
 class KvReadHandle:
@@ -91,6 +91,10 @@ class Step:
             run_memo=memos.run_memo(run_id),
             signal=signal,
         )
+
+
+#: The seed's name for what a step sees; in Python the `Step` is the delivery.
+Delivery = Step
 
 
 @runtime_checkable

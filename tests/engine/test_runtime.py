@@ -687,3 +687,22 @@ async def test_a_step_dead_lettered_at_open_fails_its_run(open_queue: Any) -> No
         await worker2.shutdown()
     assert end.termination.status is TerminalStatus.FAILED
     assert end.termination.error == "claim interrupted by process exit"
+
+
+async def test_a_runner_can_be_unit_tested_on_a_detached_step() -> None:
+    from durable.engine import Delivery
+
+    async def body(step: Step) -> StepOutcome:
+        cached = await step.memo.memoized("llm", lambda: "answer")
+        step.effects.put(b"app/seen", step.payload)
+        step.lease.ensure_at_least(600)  # no queue: no effect, no error
+        if step.is_last_attempt():
+            return Fail("giving up")
+        return Succeed(cached.encode())
+
+    step = Delivery.detached(b"input", attempts=1, max_attempts=3)
+    assert await Runner(body).run_step(step) == Succeed(b"answer")
+    assert step.effects.staged() == ({b"app/seen": b"input"}, frozenset())
+    assert not step.cancel_token.is_cancelled()
+    last = Step.detached(b"input", attempts=3, max_attempts=3)
+    assert await Runner(body).run_step(last) == Fail("giving up")
