@@ -259,3 +259,33 @@ async def test_a_cancelled_waiter_swallows_no_wakeup(queue: Queue, clock: MockCl
         await task
     await queue.enqueue("q", b"")
     assert await queue.wait_for_jobs_on("q", 0) is True  # the wakeup was stored for us
+
+
+async def test_a_job_is_not_handed_out_before_the_commit_that_created_it_is_durable() -> None:
+    from durable.store.log import LogReader
+    from durable.store.objects import FaultyObjectStore, MemoryObjectStore
+    from durable.store.queue import OpenOptions, Queue, SettlementEffects
+    from durable.store.queue import keys as queue_keys
+
+    objects = FaultyObjectStore(MemoryObjectStore())
+    q = await Queue.open(objects, OpenOptions(reaper_interval=3600, scheduler_interval=3600))
+    try:
+        await q.enqueue("q", b"a")
+        first = await q.claim("q")
+        assert first is not None
+        await q.wait_for_jobs_on("q", 0.01)  # use up the wakeup stored by "a"
+        objects.latency = 0.05  # the ack's flush stays in flight for a while
+        follow_up = SettlementEffects().enqueue("q", b"b")
+        ack = asyncio.create_task(q.ack_with(first, follow_up))
+        assert await q.wait_for_jobs_on("q", 10.0)  # the ack is applied in memory
+        assert not ack.done()  # ...and its flush is still in flight
+        second = await q.claim("q")  # sees "b" in memory at once...
+        assert second is not None
+        assert second.payload == b"b"
+        # ...but returns it only once the ack that created it is on the store.
+        reader = await LogReader.open(objects.inner)
+        assert reader.state.get(queue_keys.job_index_key(second.id)) is not None
+        await ack
+    finally:
+        objects.latency = 0.0
+        await q.close()

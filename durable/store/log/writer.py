@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
-from collections.abc import Generator
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -102,6 +102,10 @@ class Durable:
     def done(self) -> bool:
         """True once the commit is durable or has failed."""
         return self._fut.done()
+
+    def add_done_callback(self, fn: Callable[[], object]) -> None:
+        """Call ``fn()`` once the commit is durable or has failed."""
+        self._fut.add_done_callback(lambda _fut: fn())
 
 
 def _consume(fut: asyncio.Future[int]) -> None:

@@ -102,6 +102,13 @@ class Claimer:
         if n == 0:
             return []
         claims = self.claim_now(queue, n, lease_ms)
+        # A job is handed out only once the commit that made it pending is
+        # durable (it may still be in flight: a follow-up enqueued by an ack
+        # whose flush has not returned yet).
+        wakeups = self.core.wakeups
+        creations = {d for c in claims if (d := wakeups.creation(c.id)) is not None}
+        for durable in creations:
+            await durable
         # After the critical section: a failed fetch errors, the claims stay
         # committed and are redelivered when their leases expire.
         records = await fetch_payloads(self.core.blobs, [c.record for c in claims])

@@ -136,7 +136,7 @@ def stage(txn: Txn, job: PreparedJob) -> EnqueueResult:
         txn.put(dedup, rec.id.encode())
     txn.move(rec.queue, None, rec.status)
     if rec.status is JobStatus.PENDING:
-        txn.inserted(rec.queue)
+        txn.inserted(rec.queue, rec.id)
     return New(rec.id)
 
 

@@ -49,7 +49,7 @@ def to_pending(txn: Txn, rec: JobRecord, src: JobStatus) -> JobRecord:
     rec = rec.replace(status=JobStatus.PENDING, run_at=None)
     put_record(txn, rec)
     txn.move(rec.queue, src, JobStatus.PENDING)
-    txn.inserted(rec.queue)
+    txn.inserted(rec.queue, rec.id)
     return rec
 
 

@@ -45,12 +45,22 @@ def decode_counter(value: bytes | None) -> int:
 class Txn:
     """Staged writes over ``state``; see the module docstring."""
 
-    __slots__ = ("_inserts", "_overlay", "_wakeups", "after", "batch", "on_durable", "state")
+    __slots__ = (
+        "_inserts",
+        "_overlay",
+        "_pending_ids",
+        "_wakeups",
+        "after",
+        "batch",
+        "on_durable",
+        "state",
+    )
 
     def __init__(self, state: State, wakeups: Wakeups | None = None) -> None:
         self.state = state
         self._wakeups = wakeups
         self._inserts: dict[str, int] = {}
+        self._pending_ids: list[str] = []
         self.batch = WriteBatch()
         self._overlay: dict[bytes, bytes | None] = {}
         #: Called, in order, right after the commit is applied to memory.
@@ -80,9 +90,11 @@ class Txn:
         if blob is not None:
             self.batch.release(blob)
 
-    def inserted(self, queue: str) -> None:
-        """Note a new pending key in ``queue``: wake workers after the commit."""
+    def inserted(self, queue: str, job_id: str) -> None:
+        """Note that job ``job_id`` becomes pending in ``queue``: wake workers
+        after the commit; claims of it wait until the commit is durable."""
         self._inserts[queue] = self._inserts.get(queue, 0) + 1
+        self._pending_ids.append(job_id)
 
     def count(self, queue: str, metric: str, delta: int) -> None:
         """Add ``delta`` to counter ``metric`` of ``queue``."""
@@ -110,6 +122,8 @@ class Txn:
         for action in self.after:
             action()
         if self._wakeups is not None:
+            if durable is not None and self._pending_ids:
+                self._wakeups.created(self._pending_ids, durable)
             for queue, n in self._inserts.items():
                 self._wakeups.inserted(queue, n)
         return durable

@@ -13,6 +13,7 @@ from collections import deque
 from typing import Any
 
 from durable.store.clock import Clock
+from durable.store.log import Durable
 from durable.store.queue.options import MAX_WAKEUPS_PER_INSERT
 
 __all__ = ["Notify", "Wakeups", "wait_or_sleep"]
@@ -58,10 +59,36 @@ class Notify:
 
 
 class Wakeups:
-    """The `Notify` of every queue."""
+    """The `Notify` of every queue, and the commits that made jobs pending.
+
+    A pending job is visible in memory as soon as the commit that made it
+    pending is applied, before that commit is durable. `creation` gives a
+    claim the commit to wait for, so no job is handed to a worker before
+    the transition that created it is on the store.
+    """
 
     def __init__(self) -> None:
         self._by_queue: dict[str, Notify] = {}
+        self._creations: dict[str, Durable] = {}
+
+    def created(self, job_ids: list[str], durable: Durable) -> None:
+        """Note that ``durable`` made ``job_ids`` pending."""
+        if durable.done():
+            return
+        creations = self._creations
+        for job_id in job_ids:
+            creations[job_id] = durable
+
+        def forget() -> None:
+            for job_id in job_ids:
+                if creations.get(job_id) is durable:
+                    del creations[job_id]
+
+        durable.add_done_callback(forget)
+
+    def creation(self, job_id: str) -> Durable | None:
+        """The commit that made ``job_id`` pending, while it is not yet durable."""
+        return self._creations.get(job_id)
 
     def of(self, queue: str) -> Notify:
         """The notifier of ``queue``."""
