@@ -677,6 +677,7 @@ async def test_a_step_dead_lettered_at_open_fails_its_run(open_queue: Any) -> No
     await rt.submit(RunSpec(b"x", run_id="interrupted"))
     worker = rt.spawn()
     await started.wait()
+    await q.writer.flush()  # the claim reached the store (claims ride the next flush)
     await worker.abort()  # the process dies with the step claimed
     q2 = await open_queue(max_attempts=1)  # recovery dead-letters it: no attempts left
     rt2 = WorkflowRuntime(q2, Runner(chain(0)))

@@ -242,11 +242,14 @@ class LogWriter:
         """Why this writer stopped, or None while it works."""
         return self._failure
 
-    def commit(self, batch: WriteBatch) -> Durable:
+    def commit(self, batch: WriteBatch, *, lazy: bool = False) -> Durable:
         """Apply ``batch`` now; the result resolves once it is durable.
 
-        Raises the writer's failure (`Fenced`, `StoreClosed`) at once if it
-        has stopped; nothing is applied then.
+        A ``lazy`` commit does not start a flush of its own: it rides the
+        next one (an awaited commit's, `flush`, or `close`), for transitions
+        that recovery redoes anyway, such as claims. Raises the writer's
+        failure (`Fenced`, `StoreClosed`) at once if it has stopped; nothing
+        is applied then.
         """
         if self._failure is not None:
             raise self._failure
@@ -259,12 +262,14 @@ class LogWriter:
         g.released.extend(batch.released)
         g.nbytes += sum(len(x) for x in ops if x is not None) + 8 * len(ops)
         self.stats.commits += 1
-        self._wakeup.set()
+        if not lazy:
+            self._wakeup.set()
         return g.durable
 
     async def flush(self) -> None:
         """Wait until every commit made so far is durable."""
         if self._open.ops or self._open.released:
+            self._wakeup.set()  # lazy commits may be waiting for a flush
             await self._open.durable
         elif self._inflight is not None:
             await self._inflight.durable

@@ -85,7 +85,9 @@ class Claimer:
         for c in claims:  # leases exist before the commit
             core.leases.insert(queue, c.id, now + lease_ms, c.token, c.cancel_token)
         try:
-            txn.commit(core.writer)  # not awaited: recovery redoes a lost claim
+            # Not awaited, and no flush of its own: a lost claim leaves the job
+            # pending (or requeued at the next open), so it rides the next flush.
+            txn.commit(core.writer, lazy=True)
         except BaseException:
             for c in claims:
                 core.leases.remove(queue, c.id, c.token)

@@ -113,12 +113,13 @@ class Txn:
         key = keys.history_key(id)
         self.put(key, (self.get(key) or b"") + encode_history_entry(entry))
 
-    def commit(self, writer: LogWriter) -> Durable | None:
+    def commit(self, writer: LogWriter, *, lazy: bool = False) -> Durable | None:
         """Apply the staged writes now and run `after`; await the result for durability.
 
-        An empty transaction commits nothing and returns None.
+        An empty transaction commits nothing and returns None. ``lazy``: see
+        `LogWriter.commit`.
         """
-        durable = writer.commit(self.batch) if self.batch else None
+        durable = writer.commit(self.batch, lazy=lazy) if self.batch else None
         for action in self.after:
             action()
         if self._wakeups is not None:
