@@ -133,10 +133,15 @@ class StepPointer:
 
 @dataclass(frozen=True, slots=True)
 class TerminalRecord:
-    """A terminated run's termination and, when known, its input's SHA-256."""
+    """A terminated run's termination and, when known, its input's SHA-256.
+
+    ``outcome`` is the worker's `RunOutcome` when it was small enough to ride
+    the terminating settlement (larger ones go to the run memo).
+    """
 
     termination: RunTermination
     input_sha256: bytes | None = None
+    outcome: RunOutcome | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.termination, RunTermination):
@@ -146,6 +151,10 @@ class TerminalRecord:
         if self.input_sha256 is not None:
             digest = _digest("TerminalRecord.input_sha256", self.input_sha256)
             object.__setattr__(self, "input_sha256", digest)
+        if self.outcome is not None and not isinstance(self.outcome, RunOutcome):
+            raise InvalidArgument(
+                f"TerminalRecord.outcome must be a RunOutcome, got {self.outcome!r}"
+            )
 
 
 @dataclass(frozen=True, slots=True)
@@ -314,13 +323,21 @@ def encode_terminal_record(record: TerminalRecord) -> bytes:
     m = _termination_map(record.termination)
     if record.input_sha256 is not None:
         m["input_sha256"] = record.input_sha256
+    if record.outcome is not None:
+        m["outcome"] = _outcome_map(record.outcome)
     return _pack(m)
 
 
 def decode_terminal_record(data: bytes, what: str = "terminal record") -> TerminalRecord:
     """Decode a terminal record; `CorruptEngineRecord` naming ``what`` if it is not one."""
     return _decode(
-        data, what, lambda m: TerminalRecord(_termination(m), _optional(m, "input_sha256", bytes))
+        data,
+        what,
+        lambda m: TerminalRecord(
+            _termination(m),
+            _optional(m, "input_sha256", bytes),
+            _outcome(m["outcome"]) if m.get("outcome") is not None else None,
+        ),
     )
 
 

@@ -136,16 +136,16 @@ def terminate(
     priority: int | None,
     max_attempts: int | None,
     marker_key: bytes | None = None,
+    record_outcome: bool = False,
 ) -> SettlementEffects:
     """Add a run's termination to ``effects``: records out, terminal record
-    in, the terminal marker (memo retention), and the notification job when
-    the hook observes the outcome."""
+    in (with the outcome when ``record_outcome``), the terminal marker (memo
+    retention), and the notification job when the hook observes the outcome."""
     run_id = outcome.run_id
     effects.kv_delete(keys.run_key(run_id))
     effects.kv_delete(keys.pointer_key(run_id))
-    effects.kv_put(
-        keys.outcome_key(run_id), encode_terminal_record(TerminalRecord(termination, input_sha256))
-    )
+    record = TerminalRecord(termination, input_sha256, outcome if record_outcome else None)
+    effects.kv_put(keys.outcome_key(run_id), encode_terminal_record(record))
     if marker_key is not None:
         effects.kv_put(marker_key, b"")
     if notify:

@@ -93,6 +93,8 @@ class WorkflowView:
         terminal = self.terminal_record(run_id)
         if terminal is None:
             return None
+        if terminal.outcome is not None:  # small outcomes ride the terminal record
+            return terminal.outcome
         raw = await self.memos.get_outcome(run_id)
         if not isinstance(raw, bytes):
             return None

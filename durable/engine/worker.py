@@ -39,6 +39,7 @@ from durable.engine.records import (
     RunRecord,
     RunResultRecord,
     decode_run_outcome,
+    encode_run_outcome,
     encode_run_result,
 )
 from durable.engine.replay import ReplayRecord
@@ -65,7 +66,11 @@ from durable.store.queue import (
 if TYPE_CHECKING:
     from durable.engine.runtime import WorkflowRuntime
 
-__all__ = ["StepWorker"]
+__all__ = ["INLINE_OUTCOME_MAX", "StepWorker"]
+
+#: Outcomes up to this many encoded bytes are kept in the terminal record
+#: (no object write of their own); larger ones go to the run memo.
+INLINE_OUTCOME_MAX = 4096
 
 log = get_logger("durable.engine")
 
@@ -237,7 +242,10 @@ class StepWorker:
             error=end.error,
             headers=record.headers,
         )
-        if write_result:
+        # A small outcome rides the terminating settlement in the terminal
+        # record; a larger one goes to the run memo first.
+        inline = write_result and len(encode_run_outcome(outcome)) <= INLINE_OUTCOME_MAX
+        if write_result and not inline:
             await rt.memos.put_outcome(
                 record.run_id, encode_run_result(RunResultRecord(termination, outcome))
             )
@@ -251,6 +259,7 @@ class StepWorker:
             priority=rec.priority,
             max_attempts=rec.max_attempts,
             marker_key=rt.marker_key(record.run_id, termination.terminated_at_ms),
+            record_outcome=inline,
         )
 
     async def _notify(self, rec: JobRecord) -> SettlementEffects:

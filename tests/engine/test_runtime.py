@@ -707,3 +707,35 @@ async def test_a_runner_can_be_unit_tested_on_a_detached_step() -> None:
     assert not step.cancel_token.is_cancelled()
     last = Step.detached(b"input", attempts=3, max_attempts=3)
     assert await Runner(body).run_step(last) == Fail("giving up")
+
+
+async def test_small_outcomes_ride_the_terminal_record_large_ones_the_memo(
+    open_queue: Any,
+) -> None:
+    from durable.engine.records import (
+        TerminalRecord,
+        decode_terminal_record,
+        encode_terminal_record,
+    )
+
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        return Succeed(step.payload * 2)
+
+    rt = WorkflowRuntime(q, Runner(body))
+    memo_objects = rt.memos.objects
+    await rt.submit(RunSpec(b"s" * 10, run_id="small"))
+    small = await finish(rt, "small")
+    assert small.outcome.result == b"s" * 20
+    assert await memo_objects.list(rt.memos.prefix) == []  # no object written for it
+    await rt.submit(RunSpec(b"L" * 10_000, run_id="large"))
+    large = await finish(rt, "large")
+    assert large.outcome.result == b"L" * 20_000  # read back from the run memo
+    assert len(await memo_objects.list(rt.memos.prefix)) == 1
+    terminal = rt.view.terminal_record("small")
+    assert terminal is not None
+    assert terminal.outcome == small.outcome
+    assert decode_terminal_record(encode_terminal_record(terminal)) == terminal
+    bare = TerminalRecord(terminal.termination, terminal.input_sha256)
+    assert decode_terminal_record(encode_terminal_record(bare)).outcome is None
