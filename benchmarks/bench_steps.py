@@ -10,7 +10,11 @@ Workloads, on a local directory (``Queue.open(path)``, fsync on):
   process CPU per step, peak RSS and peak thread count.
 - ``latency``: 200 one-step runs, one at a time (submit, then wait for the
   outcome) with the worker running: p50/p95/p99 ms.
-- ``sequential``: one run of 100 steps (the median of 3): ms per step.
+- ``sequential``: one run of 100 steps (the median of 3): ms per step,
+  next to ``write_floor_ms``: one awaited create-if-absent of a small
+  object in the same directory (temp file, fsync, link, directory fsync),
+  the least a durable step transition costs on this disk, measured in the
+  same run (the disk of a shared machine is noisy).
 - ``--backend s3|gcs|azure``: ``throughput`` (100 runs x 10 steps) on that
   backend's emulator behind a 20 ms round trip (`DelayProxy`): step
   transitions/s and object writes (create + put) per transition. The
@@ -44,7 +48,7 @@ from durable.engine import (
     TerminalStatus,
     WorkflowRuntime,
 )
-from durable.store.objects import FaultyObjectStore
+from durable.store.objects import FaultyObjectStore, LocalObjectStore
 from durable.store.objects.base import ObjectStore
 from durable.store.queue import OpenOptions, Queue
 
@@ -227,6 +231,18 @@ async def bench_latency(
     }
 
 
+async def write_floor_ms(path: Path, n: int) -> float:
+    """Median ms of ``n`` sequential awaited creates of a 400-byte object."""
+    objects = LocalObjectStore(path)
+    times = []
+    for i in range(n):
+        t0 = time.perf_counter()
+        await objects.create(f"floor/{i:08d}", b"x" * 400)
+        times.append(time.perf_counter() - t0)
+    await objects.close()
+    return pct(sorted(times), 50)
+
+
 def peak_rss_mb() -> float:
     """Peak resident set size of the process so far, in MiB."""
     maxrss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss  # KiB on Linux
@@ -255,6 +271,7 @@ async def bench_local(quick: bool, figures: dict[str, Any]) -> None:
                 figures.get(f"c{c}_peak_os_threads", 0) for c in concurrencies
             )
         r = await bench_latency(tmp / "latency", seq_runs, long_steps, 1 if quick else 3)
+        r["write_floor_ms"] = await write_floor_ms(tmp / "floor", 50 if quick else 300)
         print(f"local latency {seq_runs} x 1 step, {long_steps}-step runs {r}", file=sys.stderr)
         figures.update(r)
     finally:

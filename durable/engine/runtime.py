@@ -48,6 +48,7 @@ from durable.store.queue import (
     SettlementEffects,
     run_worker_concurrent,
 )
+from durable.store.queue.wakeups import wait_or_sleep
 
 __all__ = ["RuntimeOptions", "WorkerHandle", "WorkflowRuntime"]
 
@@ -210,23 +211,32 @@ class WorkflowRuntime:
         return await self.wait_timeout(run_id, None)
 
     async def wait_timeout(self, run_id: str, timeout: float | None) -> RunEnd | None:  # noqa: ASYNC109
-        """`wait` for at most ``timeout`` seconds; `TimeoutError` after that."""
+        """`wait` for at most ``timeout`` seconds of the runtime's clock;
+        `TimeoutError` after that.
+
+        Costs nothing per step: the wait sleeps until the commit that writes
+        the run's terminal record is durable.
+        """
         validate_run_id(run_id)
-        async with asyncio.timeout(timeout):
-            while True:
-                status = self.view.status(run_id)
-                if status is None:
-                    return None
-                if isinstance(status.state, Terminated):
-                    return RunEnd(status.state.termination, await self.view.outcome(run_id))
-                pointer = self.view.pointer(run_id)
-                if pointer is None:
-                    continue  # terminated in between
-                await self.queue.wait_for_completion(pointer.job_id, None)
-                if self.view.pointer(run_id) == pointer and self.view.run_record(run_id):
-                    # The step job ended without moving the run (e.g. a retry
-                    # was scheduled): wait on the same job again after a tick.
-                    await asyncio.sleep(self.options.poll_interval)
+        clock = self.clock
+        deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+        kv = self.queue.kv
+        key = keys.outcome_key(run_id)
+        while True:
+            status = self.view.status(run_id)
+            if status is None:
+                return None
+            if isinstance(status.state, Terminated):
+                await self.queue.writer.flush()  # memory may be ahead of the store
+                return RunEnd(status.state.termination, await self.view.outcome(run_id))
+            fut = kv.watch(key)  # no await since the read: no write slips through
+            try:
+                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
+                if not await wait_or_sleep(clock, fut, left):
+                    raise TimeoutError(f"run {run_id!r} did not terminate within {timeout} s")
+                fut.result()
+            finally:
+                kv.unwatch(key, fut)
 
     # --------------------------------------------------------------- cancel
 

@@ -34,6 +34,10 @@ from durable.store.queue import JobStatus, QueueView
 
 __all__ = ["WorkflowView"]
 
+#: Decoded run records kept (by their bytes): a run's record is read once per
+#: step but changes only on submit and cancel.
+_RECORD_CACHE = 1024
+
 
 class WorkflowView:
     """Read-only access to runs: `status` and `outcome`."""
@@ -41,6 +45,7 @@ class WorkflowView:
     def __init__(self, queue: QueueView, memos: MemoStore) -> None:
         self.queue = queue
         self.memos = memos
+        self._records: dict[bytes, RunRecord] = {}
 
     def _kv(self, key: bytes) -> bytes | None:
         return self.queue.kv_get(key)
@@ -48,7 +53,15 @@ class WorkflowView:
     def run_record(self, run_id: str) -> RunRecord | None:
         """The record of an active run, or None."""
         raw = self._kv(keys.run_key(run_id))
-        return None if raw is None else decode_run_record(raw, f"run record of {run_id!r}")
+        if raw is None:
+            return None
+        record = self._records.get(raw)
+        if record is None:
+            record = decode_run_record(raw, f"run record of {run_id!r}")
+            if len(self._records) >= _RECORD_CACHE:
+                self._records.clear()
+            self._records[raw] = record
+        return record
 
     def pointer(self, run_id: str) -> StepPointer | None:
         """The current-step pointer of an active run, or None."""

@@ -290,6 +290,25 @@ class KvNamespace:
                 start, lo_inc = page.last_key, False
             await asyncio.sleep(0)
 
+    # ------------------------------------------------------------- watching
+
+    def watch(self, key: bytes) -> asyncio.Future[None]:
+        """A future resolved once a commit that puts or deletes ``key`` is durable.
+
+        Registration is synchronous: read ``key``, then `watch` it with no
+        ``await`` in between, and no write can slip through unseen. The
+        future fails with the writer's error if that commit never becomes
+        durable, or when the store closes. Call `unwatch` when you stop
+        waiting. Raises `ReadOnlyStore` over a `LogReader`.
+        """
+        writer = self._require_writer("watch a KV key")
+        return writer.watchers.watch(user_key(_check_bytes(key, "key")))
+
+    def unwatch(self, key: bytes, fut: asyncio.Future[None]) -> None:
+        """Withdraw a `watch` (a no-op once it fired)."""
+        writer = self._require_writer("watch a KV key")
+        writer.watchers.unwatch(user_key(_check_bytes(key, "key")), fut)
+
     # ---------------------------------------------------------------- writes
 
     async def put(self, key: bytes, value: bytes) -> None:

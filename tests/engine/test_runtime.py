@@ -191,6 +191,47 @@ async def test_continue_after_waits_on_the_clock(open_queue: Any, clock: MockClo
     assert end.outcome.result == b"later"
 
 
+async def test_wait_timeout_runs_on_the_runtime_clock(open_queue: Any, clock: MockClock) -> None:
+    q = await open_queue()
+
+    async def body(step: Step) -> StepOutcome:
+        if step.step_number == 0:
+            return StepOutcome.continue_after(b"later", 60.0)
+        return Succeed(step.payload)
+
+    rt = WorkflowRuntime(q, Runner(body))
+    assert await rt.wait("never-submitted") is None
+    assert await rt.wait_timeout("never-submitted", 1.0) is None
+    sub = await rt.submit(RunSpec(b"now", run_id="slow"))
+    worker = rt.spawn()
+    await q.wait_for_completion(sub.job_id, None)  # step 1 is scheduled a minute out
+    await worker.shutdown()  # no worker polling the clock while we time out
+    before = clock.sleepers
+    waiting = asyncio.create_task(rt.wait_timeout("slow", 10.0))
+    await clock.wait_for_sleepers(before + 1)
+    clock.advance(9.0)
+    await asyncio.sleep(0)
+    assert not waiting.done()
+    clock.advance(1.0)  # ten seconds of the runtime's clock, not of the wall
+    with pytest.raises(TimeoutError, match="'slow'"):
+        await asyncio.wait_for(waiting, 5)
+    worker = rt.spawn()
+    try:
+        whole = asyncio.create_task(rt.wait("slow"))
+        for _ in range(5):
+            await asyncio.sleep(0)
+        assert not whole.done()
+        clock.advance(50.0)
+        assert q.promote_scheduled_now() == 1
+        end = await asyncio.wait_for(whole, 30)
+        again = await rt.wait_timeout("slow", 0.0)  # already over: no wait at all
+    finally:
+        await worker.shutdown()
+    assert end.outcome.result == b"later"
+    assert again is not None
+    assert again.outcome == end.outcome
+
+
 async def test_fail_verdict_terminates_without_a_dead_job(open_queue: Any) -> None:
     q = await open_queue()
 

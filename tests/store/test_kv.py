@@ -393,6 +393,8 @@ async def test_a_namespace_over_a_reader_is_read_only(
         ro.commit(WriteBatch())
     with pytest.raises(ReadOnlyStore):
         await ro.internal().put(b"k", b"w")
+    with pytest.raises(ReadOnlyStore):
+        ro.watch(b"k")
     assert kv.get(b"k") == b"v"
 
 
@@ -692,3 +694,61 @@ async def test_a_rejected_effect_leaves_the_batch_untouched(kv: KvNamespace) -> 
     with pytest.raises(ReservedKey):
         kv.stage_effects(batch, KvEffects().put(b"ok", b"1").delete(b"jobs/1"))
     assert len(batch) == 1
+
+
+# ------------------------------------------------------------------ watch
+
+
+async def test_a_watch_fires_once_the_write_is_durable_not_before(make_objects: Factory) -> None:
+    clock = MockClock()
+    slow = FaultyObjectStore(make_objects(), clock_sleep=clock.sleep)
+    w = await LogWriter.open(slow)
+    kv = KvNamespace(w)
+    fut = kv.watch(b"k")
+    other = kv.watch(b"other")
+    slow.latency = 1.0
+    put = asyncio.create_task(kv.put(b"k", b"v"))
+    await clock.wait_for_sleepers()  # the log write is in flight
+    assert kv.get(b"k") == b"v"
+    assert not fut.done()  # in memory, not yet durable
+    clock.advance(1.0)
+    await put
+    await asyncio.wait_for(fut, 5)
+    assert not other.done()  # a write of another key fires nothing
+    kv.unwatch(b"other", other)
+    slow.latency = 0.0
+    await w.close()
+
+
+async def test_a_delete_fires_a_watch_and_an_unwatched_future_never_fires(
+    kv: KvNamespace,
+) -> None:
+    await kv.put(b"k", b"v")
+    fired, withdrawn = kv.watch(b"k"), kv.watch(b"k")
+    kv.unwatch(b"k", withdrawn)
+    await kv.delete(b"k")
+    await asyncio.wait_for(fired, 5)
+    assert not withdrawn.done()
+    kv.unwatch(b"k", fired)  # after it fired: a no-op
+
+
+async def test_watchers_fail_when_the_store_closes_or_the_write_fails(
+    make_objects: Factory,
+) -> None:
+    w = await LogWriter.open(make_objects())
+    kv = KvNamespace(w)
+    fut = kv.watch(b"k")
+    await w.close()
+    with pytest.raises(StoreClosed):
+        await fut
+
+    faulty = FaultyObjectStore(make_objects())
+    w = await LogWriter.open(faulty, LogOptions(write_retry_seconds=0.0))
+    kv = KvNamespace(w)
+    fut = kv.watch(b"k")
+    faulty.fail_next("create")  # no retry window: the writer stops
+    with pytest.raises(StoreClosed):
+        await kv.put(b"k", b"v")
+    with pytest.raises(StoreClosed):
+        await fut
+    await w.close()

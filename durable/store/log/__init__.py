@@ -4,11 +4,13 @@ from durable.store.log.batch import WriteBatch
 from durable.store.log.blobs import BlobStore
 from durable.store.log.reader import LogReader
 from durable.store.log.state import State, prefix_end
+from durable.store.log.watch import KeyWatchers
 from durable.store.log.writer import Durable, LogOptions, LogStats, LogWriter
 
 __all__ = [
     "BlobStore",
     "Durable",
+    "KeyWatchers",
     "LogOptions",
     "LogReader",
     "LogStats",

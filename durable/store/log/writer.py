@@ -50,6 +50,7 @@ from durable.store.log.format import (
 )
 from durable.store.log.loader import list_seqs, load
 from durable.store.log.state import State
+from durable.store.log.watch import KeyWatchers
 from durable.store.objects.base import Guarantee, ObjectStore
 
 __all__ = ["Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
@@ -102,6 +103,12 @@ class Durable:
     def done(self) -> bool:
         """True once the commit is durable or has failed."""
         return self._fut.done()
+
+    def error(self) -> BaseException | None:
+        """Why the commit failed (once done), else None."""
+        if not self._fut.done() or self._fut.cancelled():
+            return None
+        return self._fut.exception()
 
     def add_done_callback(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once the commit is durable or has failed."""
@@ -176,6 +183,8 @@ class LogWriter:
         self._ckpt_task: asyncio.Task[None] | None = None
         self._bg: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
+        #: Waiters for a commit that writes a given key to be durable.
+        self.watchers = KeyWatchers()
 
     # ------------------------------------------------------------- open/close
 
@@ -224,6 +233,7 @@ class LogWriter:
             await asyncio.gather(*self._bg, return_exceptions=True)
         if self._failure is None:
             self._failure = StoreClosed(self.objects.url)
+        self.watchers.fail_all(self._failure)
 
     # ---------------------------------------------------------------- commits
 
@@ -262,6 +272,8 @@ class LogWriter:
         g.released.extend(batch.released)
         g.nbytes += sum(len(x) for x in ops if x is not None) + 8 * len(ops)
         self.stats.commits += 1
+        if self.watchers:
+            self.watchers.committed(ops, g.durable)
         if not lazy:
             self._wakeup.set()
         return g.durable
@@ -349,6 +361,7 @@ class LogWriter:
         for grp in (g, self._open):
             if not grp.future.done():
                 grp.future.set_exception(failure)
+        self.watchers.fail_all(failure)
 
     async def _create(self, seq: int, data: bytes) -> LogObject | None:
         """Create log object ``seq``; None once ours stands there, else theirs."""

@@ -71,15 +71,16 @@ class Claimer:
                 status=JobStatus.CLAIMED, claimed_at=now, attempts=rec.attempts + 1, dedup_key=None
             )
             ck = keys.claimed_key(queue, rec.id)
+            raw = encode_record(rec)
             txn.delete(key)
-            txn.put(ck, encode_record(rec))
+            txn.put(ck, raw)
             txn.put(keys.job_index_key(rec.id), ck)
             token = new_claim_token()
             cancel = CancelToken()
             if rec.cancel_requested:
                 cancel.fire()
             handle = LeaseHandle(core.leases, queue, rec.id, token, cancel)
-            claims.append(Claim(rec, token, cancel, handle))
+            claims.append(Claim(rec, token, cancel, handle, (raw, rec)))
         txn.count(queue, "pending", -len(claims))
         txn.count(queue, "claimed", len(claims))
         for c in claims:  # leases exist before the commit

@@ -102,6 +102,13 @@ async def prepare_many(
 ) -> list[PreparedJob]:
     """Prepare jobs in order; a failed object write deletes those already written."""
     records = [_build(core, q, _check_payload(p), o) for q, p, o in requests]
+    threshold = core.options.payload_offload_threshold
+    if threshold is None or all(len(r.payload) <= threshold for r in records):
+        # Nothing to write first: no tasks, no awaits (the common case).
+        return [
+            PreparedJob(r, id_override=o.id_override is not None)
+            for r, (_, _, o) in zip(records, requests, strict=True)
+        ]
     results = await asyncio.gather(*(_offload(core, r) for r in records), return_exceptions=True)
     failure = next((r for r in results if isinstance(r, BaseException)), None)
     prepared = [r for r in results if isinstance(r, PreparedJob)]

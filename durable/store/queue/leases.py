@@ -189,6 +189,9 @@ class Claim:
     cancel_token: CancelToken
     #: The handle worker code uses to extend the lease.
     lease: LeaseHandle
+    #: The claimed record as committed, and its encoding: settling reuses it
+    #: while the stored bytes still match (no second decode).
+    _stored: tuple[bytes, JobRecord] | None = field(default=None, repr=False, compare=False)
 
     @property
     def id(self) -> str:

@@ -14,6 +14,7 @@ committed durably before it returns.
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from durable.errors import ClaimLost, InvalidOption, InvalidState, JobNotFound
@@ -118,7 +119,8 @@ class Settler:
         raw = txn.get(ck)
         if raw is None:
             raise ClaimLost(claim.id)
-        rec = decode_record(raw, repr(ck))
+        stored = claim._stored
+        rec = stored[1] if stored is not None and stored[0] == raw else decode_record(raw, repr(ck))
         txn.delete(ck)
         return rec
 
@@ -128,9 +130,12 @@ class Settler:
         if terminal:
             txn.after.append(lambda: leases.forget_job(claim.id))
 
-    def _deliver(self, txn: Txn, id: str, build: type[Done] | type[Dead], rec: JobRecord) -> None:
+    def _deliver(
+        self, txn: Txn, id: str, build: type[Done] | type[Dead], rec: Callable[[], JobRecord]
+    ) -> None:
+        """Once durable, hand completion waiters (if any) the final record from ``rec``."""
         waiters = self.core.waiters
-        txn.on_durable.append(lambda: waiters.deliver(id, lambda: build(rec)))
+        txn.on_durable.append(lambda: waiters.deliver(id, lambda: build(rec())))
 
     # -------------------------------------------------------- settlements
 
@@ -144,10 +149,13 @@ class Settler:
         def body(txn: Txn) -> tuple[list[EnqueueResult], list[EnqueueResult] | None]:
             rec = self._fence(txn, claim)
             now = core.now()
-            done = rec.replace(status=JobStatus.DONE, completed_at=now)
+
+            def done() -> JobRecord:
+                return rec.replace(status=JobStatus.DONE, completed_at=now)
+
             if core.config(rec.queue).keep_done_jobs is not None:
                 history(txn, rec, now, AttemptOutcome.COMPLETED)
-                put_record(txn, done)
+                put_record(txn, done())
             else:
                 txn.delete(keys.job_index_key(rec.id))
                 txn.delete(keys.history_key(rec.id))
@@ -155,7 +163,7 @@ class Settler:
             txn.move(rec.queue, JobStatus.CLAIMED, JobStatus.DONE)
             results = stage_effects(txn, fx)
             self._release_claim(txn, claim, terminal=True)
-            self._deliver(txn, rec.id, Done, done.replace(payload=claim.payload))
+            self._deliver(txn, rec.id, Done, lambda: done().replace(payload=claim.payload))
             return results, results
 
         return await run_txn(core, fx, body)
@@ -178,7 +186,7 @@ class Settler:
                 dead = to_dead(txn, rec, JobStatus.CLAIMED, now, error, keep_claimed_at=True)
                 results = stage_effects(txn, fx)
                 self._release_claim(txn, claim, terminal=True)
-                self._deliver(txn, rec.id, Dead, dead.replace(payload=claim.payload))
+                self._deliver(txn, rec.id, Dead, lambda: dead.replace(payload=claim.payload))
                 return DeadLettered(results), results
             history(txn, rec, now, AttemptOutcome.RETRIED, error)
             cfg = core.config(rec.queue)
@@ -207,7 +215,7 @@ class Settler:
             dead = to_dead(txn, rec, JobStatus.CLAIMED, now, reason, keep_claimed_at=False)
             results = stage_effects(txn, fx)
             self._release_claim(txn, claim, terminal=True)
-            self._deliver(txn, rec.id, Dead, dead.replace(payload=claim.payload))
+            self._deliver(txn, rec.id, Dead, lambda: dead.replace(payload=claim.payload))
             return results, results
 
         return await run_txn(core, fx, body)

@@ -110,11 +110,15 @@ def _describe(error: BaseException) -> str:
     return str(error) or type(error).__name__
 
 
+def _job_log(logger: Any, claim: Claim) -> Any:
+    """``logger`` bound to the claim (built only when something is logged)."""
+    return logger.bind(job=claim.id, attempt=claim.record.attempts)
+
+
 async def _process_and_settle(
     queue: WorkerQueue, worker: Worker, claim: Claim, logger: Any
 ) -> None:
     """Process one claim and settle it; settlement errors are logged, not raised."""
-    jlog = logger.bind(job=claim.id, attempt=claim.record.attempts)
     try:
         effects = await worker.process(claim, claim.lease)
     except Exception as e:
@@ -126,17 +130,19 @@ async def _process_and_settle(
                 reason = _describe(error)
                 if effects is None:
                     effects = error.effects
-                jlog.info("job failed permanently", reason=reason)
+                _job_log(logger, claim).info("job failed permanently", reason=reason)
                 await queue.dead_letter_with(claim, reason, effects or SettlementEffects())
             else:
                 text = _describe(error)
-                jlog.info("job failed", error=text, exc_info=error)
+                _job_log(logger, claim).info("job failed", error=text, exc_info=error)
                 await queue.nack_with(claim, text, effects or SettlementEffects())
         except Exception as settle_error:
-            jlog.warning("job settlement failed", error=_describe(settle_error))
+            _job_log(logger, claim).warning("job settlement failed", error=_describe(settle_error))
         return
     if effects is not None and not isinstance(effects, SettlementEffects):
-        jlog.error("worker returned a non-SettlementEffects value", value=repr(effects))
+        _job_log(logger, claim).error(
+            "worker returned a non-SettlementEffects value", value=repr(effects)
+        )
         try:
             await queue.nack_with(
                 claim,
@@ -144,12 +150,12 @@ async def _process_and_settle(
                 SettlementEffects(),
             )
         except Exception as settle_error:
-            jlog.warning("job settlement failed", error=_describe(settle_error))
+            _job_log(logger, claim).warning("job settlement failed", error=_describe(settle_error))
         return
     try:
         await queue.ack_with(claim, effects or SettlementEffects())
     except Exception as settle_error:
-        jlog.warning("job settlement failed", error=_describe(settle_error))
+        _job_log(logger, claim).warning("job settlement failed", error=_describe(settle_error))
 
 
 async def _wait_for_work(

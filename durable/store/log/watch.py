@@ -1,0 +1,80 @@
+"""Waiting for a key to be written: `KeyWatchers`.
+
+A watcher registers a key and gets a future. A commit that puts or deletes
+that key resolves the future once it is *durable* (with the writer's
+failure, should the commit never become durable). Registering is
+synchronous, so a caller that reads the state and then registers, with no
+``await`` in between, cannot miss a write.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from durable.store.log.writer import Durable
+
+__all__ = ["KeyWatchers"]
+
+
+class KeyWatchers:
+    """Futures keyed by store key, resolved by the durable commit that writes the key."""
+
+    __slots__ = ("_by_key",)
+
+    def __init__(self) -> None:
+        self._by_key: dict[bytes, list[asyncio.Future[None]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._by_key)
+
+    def watch(self, key: bytes) -> asyncio.Future[None]:
+        """A future resolved once a commit writing ``key`` is durable."""
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._by_key.setdefault(key, []).append(fut)
+        return fut
+
+    def unwatch(self, key: bytes, fut: asyncio.Future[None]) -> None:
+        """Withdraw ``fut`` (a no-op once it fired)."""
+        futs = self._by_key.get(key)
+        if futs is None:
+            return
+        with contextlib.suppress(ValueError):
+            futs.remove(fut)
+        if not futs:
+            del self._by_key[key]
+
+    def committed(self, ops: Sequence[bytes | None], durable: Durable) -> None:
+        """A commit of ``ops`` (key, value pairs) was applied; fire its keys'
+        watchers once ``durable``."""
+        hits: list[asyncio.Future[None]] = []
+        for i in range(0, len(ops), 2):
+            key = ops[i]
+            assert key is not None
+            futs = self._by_key.pop(key, None)
+            if futs:
+                hits.extend(futs)
+        if hits:
+            durable.add_done_callback(lambda: _resolve(hits, durable))
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every watcher (the store is closing)."""
+        for futs in self._by_key.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(error)
+        self._by_key.clear()
+
+
+def _resolve(futs: list[asyncio.Future[None]], durable: Durable) -> None:
+    error = durable.error()
+    for fut in futs:
+        if fut.done():
+            continue
+        if error is None:
+            fut.set_result(None)
+        else:
+            fut.set_exception(error)
