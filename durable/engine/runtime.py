@@ -19,12 +19,19 @@ from durable.engine import keys
 from durable.engine.delivery import StepRunner
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import MemoStore
-from durable.engine.records import RunRecord, decode_run_record, encode_run_record
+from durable.engine.records import (
+    RunRecord,
+    decode_run_record,
+    decode_terminal_record,
+    encode_run_record,
+)
 from durable.engine.replay import ReplayStore
 from durable.engine.runs import (
     DEFAULT_QUEUE_NAME,
     HEADER_RUN_ID,
     HEADER_TERMINAL,
+    RESERVED_HEADER_PREFIX,
+    RESERVED_KV_PREFIX,
     RunEnd,
     RunOutcome,
     RunSpec,
@@ -39,11 +46,18 @@ from durable.engine.runs import (
 from durable.engine.transitions import first_step, terminate
 from durable.engine.view import WorkflowView
 from durable.engine.worker import StepWorker
-from durable.errors import InputMismatch, InvalidArgument
+from durable.errors import (
+    CorruptEngineRecord,
+    InputMismatch,
+    InvalidArgument,
+    ReservedHeader,
+    ReservedKey,
+)
 from durable.store.clock import Clock
-from durable.store.expiry import Delete, ExpiryEntry, ExpiryIndex
+from durable.store.expiry import Delete, DeleteIf, ExpiryEntry, ExpiryIndex
 from durable.store.kv import KvEffects
 from durable.store.queue import (
+    JobRecord,
     Queue,
     SettlementEffects,
     run_worker_concurrent,
@@ -123,6 +137,19 @@ class WorkerHandle:
         return not self._task.done()
 
 
+def _recheck(spec: RunSpec) -> None:
+    """Check again what `RunSpec` checked when it was built but the caller
+    can still change in place: the effects' KV keys and the headers."""
+    if spec.effects is not None:
+        spec.effects.validate()
+        for key in [*spec.effects.kv_puts, *spec.effects.kv_deletes]:
+            if bytes(key).startswith(RESERVED_KV_PREFIX):
+                raise ReservedKey(bytes(key), RESERVED_KV_PREFIX)
+    for name in spec.options.headers:
+        if name.startswith(RESERVED_HEADER_PREFIX):
+            raise ReservedHeader(name, RESERVED_HEADER_PREFIX)
+
+
 class WorkflowRuntime:
     """The runtime of multi-step runs over one `Queue`; see the module docstring."""
 
@@ -157,6 +184,7 @@ class WorkflowRuntime:
         """
         if not isinstance(spec, RunSpec):
             raise InvalidArgument(f"submit takes a RunSpec, got {spec!r}")
+        _recheck(spec)
         run_id = spec.run_id or self.queue.next_job_id()
         lock = self._locks.get(run_id)
         if lock is None:
@@ -302,10 +330,23 @@ class WorkflowRuntime:
         if retention is None:
             return 0
 
-        async def expire(entry: ExpiryEntry) -> Delete:
+        async def expire(entry: ExpiryEntry) -> Delete | DeleteIf:
             run_id = entry.suffix.decode()
             await self.memos.clear_run(run_id)
-            return Delete(KvEffects().delete(keys.outcome_key(run_id)))
+            # Read after the last await: nothing commits before the sweep applies
+            # this answer. A run submitted again under this id that terminated
+            # since owns the terminal record now; its own marker removes it.
+            key = keys.outcome_key(run_id)
+            raw = self.queue.kv.get(key)
+            if raw is None:
+                return Delete()
+            try:
+                at_ms = decode_terminal_record(raw).termination.terminated_at_ms
+            except CorruptEngineRecord:
+                at_ms = entry.at_ms  # unreadable: it goes with the marker
+            if at_ms != entry.at_ms:
+                return Delete()
+            return DeleteIf(key, raw, KvEffects().delete(key))
 
         return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
 
@@ -329,36 +370,42 @@ class WorkflowRuntime:
                 run_id = job.headers.get(HEADER_RUN_ID)
                 if run_id is None or job.headers.get(HEADER_TERMINAL) == "1":
                     continue
-                ended += await self._fail_dead_step(run_id, job.id, job.last_error)
+                ended += await self._fail_dead_step(run_id, job)
         self._dead_seen = dead
         return ended
 
-    async def _fail_dead_step(self, run_id: str, job_id: str, error: str | None) -> int:
+    async def _fail_dead_step(self, run_id: str, job: JobRecord) -> int:
         key = keys.run_key(run_id)
-        raw = self.queue.kv.get(key)
-        pointer = self.view.pointer(run_id)
-        if raw is None or pointer is None or pointer.job_id != job_id:
-            return 0  # terminated already, or the run moved on
-        record = decode_run_record(raw, f"run record of {run_id!r}")
-        step = pointer.step_number
-        termination = RunTermination(TerminalStatus.FAILED, step, self.clock.now_ms(), error=error)
-        outcome = RunOutcome(
-            run_id, TerminalStatus.FAILED, step, error=error, headers=record.headers
-        )
-        fx = terminate(
-            SettlementEffects(),
-            queue=self.options.queue_name,
-            termination=termination,
-            outcome=outcome,
-            input_sha256=record.input_sha256,
-            notify=self.hook.observes(outcome),
-            priority=None,
-            max_attempts=None,
-            marker_key=self.marker_key(run_id, termination.terminated_at_ms),
-        )
-        # Only if the run record is still the one read: a concurrent cancel or
-        # settlement wins.
-        return 0 if await self.queue.kv_compare_commit(key, raw, fx) is None else 1
+        while True:
+            raw = self.queue.kv.get(key)
+            pointer = self.view.pointer(run_id)
+            if raw is None or pointer is None or pointer.job_id != job.id:
+                return 0  # terminated already, or the run moved on
+            record = decode_run_record(raw, f"run record of {run_id!r}")
+            step = pointer.step_number
+            error = job.last_error
+            termination = RunTermination(
+                TerminalStatus.FAILED, step, self.clock.now_ms(), error=error
+            )
+            outcome = RunOutcome(
+                run_id, TerminalStatus.FAILED, step, error=error, headers=record.headers
+            )
+            fx = terminate(
+                SettlementEffects(),
+                queue=self.options.queue_name,
+                termination=termination,
+                outcome=outcome,
+                input_sha256=record.input_sha256,
+                notify=self.hook.observes(outcome),
+                priority=job.priority,
+                max_attempts=job.max_attempts,
+                marker_key=self.marker_key(run_id, termination.terminated_at_ms),
+            )
+            # Only if the run record is still the one read; if a cancellation
+            # request changed it meanwhile, look again (the dead count will not
+            # change to bring this run back).
+            if await self.queue.kv_compare_commit(key, raw, fx) is not None:
+                return 1
 
     async def _maintenance_loop(self) -> None:
         while True:

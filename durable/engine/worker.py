@@ -120,8 +120,7 @@ class StepWorker:
             headers=user_headers(rec.headers),
             job_id=rec.id,
             attempts=rec.attempts,
-            max_attempts=rec.max_attempts
-            or self.rt.queue.options.config_for(rec.queue).max_attempts,
+            max_attempts=max(rec.max_attempts, 1),  # the queue reads 0 as 1
             cancel_token=job.cancel_token,
             lease=lease,
             memo=self.rt.memos.step_memo(run_id, step),
@@ -145,13 +144,17 @@ class StepWorker:
                 outcome = None
             finally:
                 delivery.effects.seal()
-        external = job.cancel_token.is_cancelled()
-        if replay and stored is None and error is None and not external:
-            if not isinstance(outcome, StepOutcome):
-                raise PermanentFailure(
+            if error is None and not isinstance(outcome, StepOutcome):
+                # A bug in the runner: no retry fixes it, and the run ends
+                # with the dead-letter like any permanent error.
+                error = StepError.permanent(
                     f"run {run_id!r} step {step}: the runner returned {outcome!r}, "
                     "not a StepOutcome"
                 )
+                outcome = None
+        external = job.cancel_token.is_cancelled()
+        if replay and stored is None and error is None and not external:
+            assert outcome is not None
             puts, deletes = delivery.effects.staged()
             replayed = ReplayRecord(self.rt.clock.now_ms(), outcome, puts, deletes)
             await self.rt.replays.put(run_id, step, rec.payload, replayed)
@@ -193,9 +196,7 @@ class StepWorker:
         if isinstance(outcome, Fail):
             end = _Termination(TerminalStatus.FAILED, error=outcome.reason)
             return await self._terminate(rec, record, step, end, fx)
-        raise PermanentFailure(
-            f"run {run_id!r} step {step}: the runner returned {outcome!r}, not a StepOutcome"
-        )
+        raise AssertionError(f"unreachable: {outcome!r}")  # checked after the runner
 
     # ------------------------------------------------------------- helpers
 

@@ -7,6 +7,7 @@ behind the last id, the random part of the last id is incremented.
 
 from __future__ import annotations
 
+import base64
 import os
 import re
 
@@ -20,12 +21,15 @@ _ID_RE = re.compile(r"[A-Za-z0-9_-]{1,128}")
 _RAND_MAX = (1 << 80) - 1
 
 
+#: RFC 4648 base-32 digits -> Crockford's, for `_encode`.
+_TO_CROCKFORD = bytes.maketrans(b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567", _ALPHABET.encode())
+
+
 def _encode(value: int) -> str:
-    out = []
-    for _ in range(26):
-        out.append(_ALPHABET[value & 31])
-        value >>= 5
-    return "".join(reversed(out))
+    """``value`` (< 2**130) as 26 Crockford base-32 digits, most significant first."""
+    # 20 bytes are 32 base-32 digits; the last 26 hold the low 130 bits.
+    digits = base64.b32encode(value.to_bytes(20, "big"))[6:]
+    return digits.translate(_TO_CROCKFORD).decode()
 
 
 class IdGenerator:

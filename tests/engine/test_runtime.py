@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import pytest
+from engine_helpers import QUEUE, Factory, RecordingHook, Runner, chain, finish
 
 from durable.engine import (
     Cancel,
@@ -14,7 +14,6 @@ from durable.engine import (
     Fail,
     Pending,
     RunOptions,
-    RunOutcome,
     RunSpec,
     RuntimeOptions,
     Step,
@@ -22,7 +21,6 @@ from durable.engine import (
     StepErrorKind,
     StepOutcome,
     Succeed,
-    TerminalEffects,
     TerminalStatus,
     Terminated,
     WorkflowRuntime,
@@ -31,99 +29,12 @@ from durable.engine import (
 from durable.engine.memo import MemoStore
 from durable.errors import InputMismatch, ReservedKey
 from durable.store.clock import MockClock
-from durable.store.objects.base import ObjectStore
 from durable.store.queue import (
     JobStatus,
-    OpenOptions,
     Queue,
-    QueueConfig,
     QueueReader,
     SettlementEffects,
 )
-
-Factory = Callable[[], ObjectStore]
-Body = Callable[[Step], Awaitable[StepOutcome]]
-HOUR = 3600.0
-QUEUE = "workflow-steps"
-
-
-class Runner:
-    """Runs ``body`` and records every (run, step, attempt) it ran."""
-
-    def __init__(self, body: Body) -> None:
-        self.body = body
-        self.ran: list[tuple[str, int, int]] = []
-
-    async def run_step(self, step: Step) -> StepOutcome:
-        self.ran.append((step.run_id, step.step_number, step.attempts))
-        return await self.body(step)
-
-
-class RecordingHook:
-    def __init__(self, fail_first: int = 0) -> None:
-        self.seen: list[RunOutcome] = []
-        self.fail_first = fail_first
-        self.called = asyncio.Event()
-
-    def observes(self, outcome: RunOutcome) -> bool:
-        return True
-
-    async def on_termination(self, outcome: RunOutcome, effects: TerminalEffects) -> None:
-        if self.fail_first:
-            self.fail_first -= 1
-            raise StepError.transient("hook endpoint down")
-        self.seen.append(outcome)
-        self.called.set()
-        effects.put(f"hooked/{outcome.run_id}", outcome.status.as_str().encode())
-
-
-@pytest.fixture
-def clock() -> MockClock:
-    return MockClock()
-
-
-@pytest.fixture
-async def open_queue(
-    make_objects: Factory, clock: MockClock
-) -> AsyncIterator[Callable[..., Awaitable[Queue]]]:
-    opened: list[Queue] = []
-
-    async def _open(**config: Any) -> Queue:
-        cfg = QueueConfig(retry_backoff_base=0.0, **config)
-        q = await Queue.open(
-            make_objects(),
-            OpenOptions(
-                clock=clock,
-                reaper_interval=HOUR,
-                scheduler_interval=HOUR,
-                queue_configs={QUEUE: cfg},
-            ),
-        )
-        opened.append(q)
-        return q
-
-    yield _open
-    for q in reversed(opened):
-        await q.close()
-
-
-async def finish(rt: WorkflowRuntime, run_id: str) -> Any:
-    worker = rt.spawn()
-    try:
-        return await asyncio.wait_for(rt.wait(run_id), timeout=30)
-    finally:
-        await worker.shutdown()
-
-
-def chain(steps: int) -> Body:
-    """Continue ``steps`` times, appending to the payload, then succeed with it."""
-
-    async def body(step: Step) -> StepOutcome:
-        if step.step_number < steps:
-            return StepOutcome.continue_now(step.payload + b">%d" % step.step_number)
-        return Succeed(step.payload + b"!")
-
-    return body
 
 
 async def test_single_step_run_succeeds_with_its_result(open_queue: Any) -> None:

@@ -24,6 +24,7 @@ alone); scheduled and done keys lead with a time (sweeps stop early).
 
 from __future__ import annotations
 
+import functools
 import struct
 from dataclasses import dataclass
 
@@ -71,6 +72,7 @@ _TAG_OF_STATUS = {
 _STATUS_OF_TAG = {tag[0]: status for status, tag in _TAG_OF_STATUS.items()}
 
 
+@functools.lru_cache(maxsize=1024)
 def _q(queue: str) -> bytes:
     """The length-prefixed queue name (validated by the caller)."""
     b = queue.encode()
@@ -147,6 +149,7 @@ def stats_prefix() -> bytes:
     return keyspace.STATS + VERSION
 
 
+@functools.lru_cache(maxsize=1024)
 def stats_key(queue: str, metric: str) -> bytes:
     """Counter ``metric`` of ``queue``."""
     return stats_prefix() + _q(queue) + metric.encode()
