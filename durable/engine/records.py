@@ -36,15 +36,19 @@ from durable.store.ids import validate_id
 
 __all__ = [
     "ENGINE_RECORD_VERSION",
+    "GroupMembership",
+    "MemberRecord",
     "RunRecord",
     "RunResultRecord",
     "StepPointer",
     "TerminalRecord",
+    "decode_member_record",
     "decode_run_outcome",
     "decode_run_record",
     "decode_run_result",
     "decode_step_pointer",
     "decode_terminal_record",
+    "encode_member_record",
     "encode_run_outcome",
     "encode_run_record",
     "encode_run_result",
@@ -75,6 +79,38 @@ def _digest(name: str, value: object) -> bytes:
 
 
 @dataclass(frozen=True, slots=True)
+class GroupMembership:
+    """The run group a run belongs to, and its member key there."""
+
+    group_id: str
+    key: str
+
+    def __post_init__(self) -> None:
+        validate_id(self.group_id, "group id")
+        if not isinstance(self.key, str) or not self.key:
+            raise InvalidArgument(f"a group member key must be a non-empty str, got {self.key!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRecord:
+    """A group member's record: its run, and how it ended once it did.
+
+    Written (without ``termination``) with the member's submission and
+    rewritten by the settlement that terminates the run.
+    """
+
+    run_id: str
+    termination: RunTermination | None = None
+
+    def __post_init__(self) -> None:
+        validate_run_id(self.run_id)
+        if self.termination is not None and not isinstance(self.termination, RunTermination):
+            raise InvalidArgument(
+                f"MemberRecord.termination must be a RunTermination, got {self.termination!r}"
+            )
+
+
+@dataclass(frozen=True, slots=True)
 class RunRecord:
     """The durable record of an active run; its presence means "active"."""
 
@@ -86,6 +122,8 @@ class RunRecord:
     headers: Mapping[str, str] = field(default_factory=dict)
     #: Set by a cancellation request; the run terminates as cancelled.
     cancel_requested: bool = False
+    #: The run group this run is a member of, if any.
+    member: GroupMembership | None = None
 
     def __post_init__(self) -> None:
         validate_run_id(self.run_id)
@@ -96,6 +134,10 @@ class RunRecord:
             raise InvalidArgument(
                 f"RunRecord.cancel_requested must be a bool, got {self.cancel_requested!r}"
             )
+        if self.member is not None and not isinstance(self.member, GroupMembership):
+            raise InvalidArgument(
+                f"RunRecord.member must be a GroupMembership, got {self.member!r}"
+            )
 
     @classmethod
     def for_input(
@@ -104,10 +146,15 @@ class RunRecord:
         input: bytes,
         submitted_at_ms: int,
         headers: Mapping[str, str] | None = None,
+        member: GroupMembership | None = None,
     ) -> RunRecord:
         """The record of a new submission of ``input``."""
         return cls(
-            run_id, input_digest(check_bytes("input", input)), submitted_at_ms, headers or {}
+            run_id,
+            input_digest(check_bytes("input", input)),
+            submitted_at_ms,
+            headers or {},
+            member=member,
         )
 
     def matches_input(self, input: bytes) -> bool:
@@ -288,6 +335,9 @@ def encode_run_record(record: RunRecord) -> bytes:
         m["headers"] = dict(record.headers)
     if record.cancel_requested:
         m["cancel_requested"] = True
+    if record.member is not None:
+        m["group_id"] = record.member.group_id
+        m["member_key"] = record.member.key
     return _pack(m)
 
 
@@ -303,6 +353,34 @@ def _run_record(m: dict[str, Any]) -> RunRecord:
         submitted_at_ms=_field(m, "submitted_at_ms", int),
         headers=_optional(m, "headers", dict) or {},
         cancel_requested=_optional(m, "cancel_requested", bool) or False,
+        member=_membership(m),
+    )
+
+
+def _membership(m: dict[str, Any]) -> GroupMembership | None:
+    group_id = _optional(m, "group_id", str)
+    if group_id is None:
+        return None
+    return GroupMembership(group_id, _field(m, "member_key", str))
+
+
+def encode_member_record(record: MemberRecord) -> bytes:
+    """The stored bytes of a group member record."""
+    m: dict[str, Any] = {"run_id": record.run_id}
+    if record.termination is not None:
+        m["terminated"] = _termination_map(record.termination)
+    return _pack(m)
+
+
+def decode_member_record(data: bytes, what: str = "member record") -> MemberRecord:
+    """Decode a member record; `CorruptEngineRecord` naming ``what`` if it is not one."""
+    return _decode(
+        data,
+        what,
+        lambda m: MemberRecord(
+            _field(m, "run_id", str),
+            _termination(m["terminated"]) if m.get("terminated") is not None else None,
+        ),
     )
 
 

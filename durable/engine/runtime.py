@@ -20,6 +20,7 @@ from durable.engine.delivery import StepRunner
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import MemoStore
 from durable.engine.records import (
+    GroupMembership,
     RunRecord,
     decode_run_record,
     decode_terminal_record,
@@ -182,6 +183,12 @@ class WorkflowRuntime:
         ``newly_submitted=False``; a different input raises `InputMismatch`
         (nothing written). A terminated run's id may be submitted again.
         """
+        return await self.submit_member(spec, None)
+
+    async def submit_member(self, spec: RunSpec, member: GroupMembership | None) -> SubmitOutcome:
+        """`submit` of a run group's member (how `RunGroup` submits): the run
+        record names ``member``, a pending member record commits with step 0,
+        and the terminating settlement rewrites it."""
         if not isinstance(spec, RunSpec):
             raise InvalidArgument(f"submit takes a RunSpec, got {spec!r}")
         _recheck(spec)
@@ -194,7 +201,7 @@ class WorkflowRuntime:
             if existing is not None:
                 return self._duplicate(existing, spec.input)
             record = RunRecord.for_input(
-                run_id, spec.input, self.clock.now_ms(), spec.options.headers
+                run_id, spec.input, self.clock.now_ms(), spec.options.headers, member
             )
             job_id = self.queue.next_job_id()
             options, fx = first_step(
@@ -308,6 +315,7 @@ class WorkflowRuntime:
             priority=job.priority if job is not None else None,
             max_attempts=job.max_attempts if job is not None else None,
             marker_key=self.marker_key(run_id, termination.terminated_at_ms),
+            member=record.member,
         )
         # Pending or scheduled: removed, and the run terminated with it.
         # Claimed: the token fired; the worker settles the run as cancelled.
@@ -400,6 +408,7 @@ class WorkflowRuntime:
                 priority=job.priority,
                 max_attempts=job.max_attempts,
                 marker_key=self.marker_key(run_id, termination.terminated_at_ms),
+                member=record.member,
             )
             # Only if the run record is still the one read; if a cancellation
             # request changed it meanwhile, look again (the dead count will not

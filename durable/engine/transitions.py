@@ -15,9 +15,12 @@ from collections.abc import Mapping
 from durable.engine import keys
 from durable.engine.outcomes import After, Immediate, OnSignal, Trigger
 from durable.engine.records import (
+    GroupMembership,
+    MemberRecord,
     RunRecord,
     StepPointer,
     TerminalRecord,
+    encode_member_record,
     encode_run_outcome,
     encode_run_record,
     encode_step_pointer,
@@ -80,6 +83,11 @@ def first_step(
         fx.kv_deletes.extend(effects.kv_deletes)
     fx.kv_put(keys.run_key(record.run_id), encode_run_record(record))
     fx.kv_put(keys.pointer_key(record.run_id), encode_step_pointer(StepPointer(0, job_id)))
+    if record.member is not None:
+        fx.kv_put(
+            keys.member_key(record.member.group_id, record.member.key),
+            encode_member_record(MemberRecord(record.run_id)),
+        )
     return options, fx
 
 
@@ -137,6 +145,7 @@ def terminate(
     max_attempts: int | None,
     marker_key: bytes | None = None,
     record_outcome: bool = False,
+    member: GroupMembership | None = None,
 ) -> SettlementEffects:
     """Add a run's termination to ``effects``: records out, terminal record
     in (with the outcome when ``record_outcome``), the terminal marker (memo
@@ -148,6 +157,11 @@ def terminate(
     effects.kv_put(keys.outcome_key(run_id), encode_terminal_record(record))
     if marker_key is not None:
         effects.kv_put(marker_key, b"")
+    if member is not None:  # the group's member record learns how the run ended
+        effects.kv_put(
+            keys.member_key(member.group_id, member.key),
+            encode_member_record(MemberRecord(run_id, termination)),
+        )
     if notify:
         effects.enqueue(
             queue,

@@ -261,6 +261,7 @@ class StepWorker:
             max_attempts=rec.max_attempts,
             marker_key=rt.marker_key(record.run_id, termination.terminated_at_ms),
             record_outcome=inline,
+            member=record.member,
         )
 
     async def _notify(self, rec: JobRecord) -> SettlementEffects:
