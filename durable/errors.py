@@ -37,7 +37,16 @@ DurableError
     ├── ReservedMemoKey              a run-memo key kept for the runtime (also ValueError)
     ├── CorruptEngineRecord          a stored engine record cannot be decoded
     ├── EffectsSealed                staging after the step returned
-    └── InconsistentRunState         a step job whose run record is gone
+    ├── InconsistentRunState         a step job whose run record is gone
+    ├── SignalWaiterExists           a second waiter for a correlation key
+    ├── GroupNotFound                no manifest for a run group (also LookupError)
+    ├── GroupMismatch                a group resubmitted with other members (also ValueError)
+    ├── DuplicateMemberKey           two members of a group share a key (also ValueError)
+    ├── MemberNotSubmitted           a manifest member has no member record
+    ├── JobTypeError                 a job type or registration is unusable (also ValueError)
+    ├── JobFailed                    a typed job ended in an error
+    ├── InvalidCronExpression        not a five-field cron expression (also ValueError)
+    └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
 ```
 
 The engine also raises `InvalidId` for a bad run id and `ReservedKey` for
@@ -55,19 +64,27 @@ __all__ = [
     "CorruptObject",
     "CorruptRecord",
     "DuplicateJobId",
+    "DuplicateMemberKey",
+    "DuplicateScheduleName",
     "DurableError",
     "EffectsSealed",
     "EngineError",
     "Fenced",
+    "GroupMismatch",
+    "GroupNotFound",
     "InconsistentRunState",
     "InputMismatch",
     "InvalidArgument",
+    "InvalidCronExpression",
     "InvalidId",
     "InvalidOption",
     "InvalidQueueName",
     "InvalidState",
+    "JobFailed",
     "JobNotFound",
+    "JobTypeError",
     "KvValueTooLarge",
+    "MemberNotSubmitted",
     "MissingGuarantee",
     "ObjectExists",
     "ObjectNotFound",
@@ -79,6 +96,7 @@ __all__ = [
     "ReservedHeader",
     "ReservedKey",
     "ReservedMemoKey",
+    "SignalWaiterExists",
     "StoreClosed",
     "StoreError",
     "StoreNotInitialized",
@@ -452,3 +470,105 @@ class InconsistentRunState(EngineError):
         super().__init__(f"run {run_id!r} step {step}: {what}")
         self.run_id = run_id
         self.step = step
+
+
+class SignalWaiterExists(EngineError):
+    """A run registered to wait on a correlation key another run already waits on.
+
+    One waiter per key: the second run fails. Choose keys unique to the
+    waiter (include the run id).
+    """
+
+    def __init__(self, key: str, run_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: a waiter is already registered for correlation key {key!r}; "
+            "use a key unique to the waiting run (include its run id)"
+        )
+        self.key = key
+        self.run_id = run_id
+
+
+class GroupNotFound(EngineError, LookupError):
+    """A run group was resumed, but no manifest of it is stored."""
+
+    def __init__(self, group_id: str) -> None:
+        super().__init__(
+            f"run group {group_id!r} has no manifest; submit it first (or it was forgotten)"
+        )
+        self.group_id = group_id
+
+
+class GroupMismatch(EngineError, ValueError):
+    """A run group was submitted again with a different member list; nothing written."""
+
+    def __init__(self, group_id: str, detail: str) -> None:
+        super().__init__(
+            f"run group {group_id!r} was already submitted with other members ({detail}); "
+            "resubmit the same members, or use another group id"
+        )
+        self.group_id = group_id
+
+
+class DuplicateMemberKey(EngineError, ValueError):
+    """Two members of one run group submission share a key; nothing written."""
+
+    def __init__(self, group_id: str, key: str) -> None:
+        super().__init__(
+            f"run group {group_id!r}: member key {key!r} appears more than once; "
+            "give every member its own key"
+        )
+        self.group_id = group_id
+        self.key = key
+
+
+class MemberNotSubmitted(EngineError):
+    """A member of a group's manifest has no member record (its submission
+    never committed); `RunGroup.resume` submits it."""
+
+    def __init__(self, group_id: str, key: str) -> None:
+        super().__init__(
+            f"run group {group_id!r}: member {key!r} is in the manifest but was never "
+            "submitted; call resume() to submit it"
+        )
+        self.group_id = group_id
+        self.key = key
+
+
+class JobTypeError(EngineError, ValueError):
+    """A job type cannot be registered or used (no name, a duplicate name,
+    registration after the runner started, an unknown type)."""
+
+
+class JobFailed(EngineError):
+    """A typed job ended in an error; ``kind`` is ``"transient"`` or ``"permanent"``.
+
+    Raised by awaiting the job's handle; ``message`` is the job's error text.
+    """
+
+    def __init__(self, job_id: str, kind: str, message: str) -> None:
+        super().__init__(f"job {job_id!r} failed ({kind}): {message}")
+        self.job_id = job_id
+        self.kind = kind
+        self.message = message
+
+
+class InvalidCronExpression(EngineError, ValueError):
+    """A cron schedule's expression is not a valid five-field POSIX expression."""
+
+    def __init__(self, name: str, expression: str, reason: str) -> None:
+        super().__init__(
+            f"cron schedule {name!r}: {expression!r} is not a five-field cron expression "
+            f"(minute hour day-of-month month day-of-week, UTC): {reason}"
+        )
+        self.name = name
+        self.expression = expression
+
+
+class DuplicateScheduleName(EngineError, ValueError):
+    """A cron schedule name was registered twice on one scheduler."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__(
+            f"cron schedule {name!r} is already registered; give each schedule its own name"
+        )
+        self.name = name
