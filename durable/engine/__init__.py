@@ -1,16 +1,33 @@
-"""The workflow runtime (runs, steps, signals, hooks, groups, jobs): being built.
+"""The workflow runtime: runs, steps, signals, hooks, groups, typed jobs, webhooks, cron.
 
 Its public value types are here: what a step returns (`StepOutcome` and its
 `Trigger`, or a raised `StepError`), how a run is submitted (`RunSpec`,
 `RunOptions`, `SubmitOutcome`) and observed (`RunStatus`, `RunState`,
 `RunTermination`, `RunOutcome`, `RunEnd`), the names the runtime reserves,
 the durable records the runtime stores with their encoding, and the memo
-store (`MemoStore`, `Memo`).
+store (`MemoStore`, `Memo`). Beyond single runs: durable signals
+(`SignalOutcome`, `ReplyWatcher` for replies written into the bucket by
+remote workers), run groups (`RunGroup`), typed jobs and job groups
+(`JobRunner`, `Job`; also `durable.engine.jobs`), HTTP webhooks with a
+terminal hook that calls back each run (`WebhookWorker`,
+`WebhookTerminalHook`; also `durable.engine.webhooks`) and cron schedules
+(`CronScheduler`).
 """
 
+from durable.engine.cron import CronSchedule, CronScheduler
 from durable.engine.delivery import Delivery, KvReadHandle, Step, StepRunner
 from durable.engine.effects import EffectsHandle, TerminalEffects
+from durable.engine.groups import GroupMember, GroupStatus, MemberResult, RunGroup, member_run_id
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
+from durable.engine.jobs import (
+    Job,
+    JobContext,
+    JobGroup,
+    JobHandle,
+    JobMemberResult,
+    JobRunner,
+    JobRunnerOptions,
+)
 from durable.engine.memo import Memo, MemoStore
 from durable.engine.outcomes import (
     After,
@@ -27,6 +44,8 @@ from durable.engine.outcomes import (
 )
 from durable.engine.records import (
     ENGINE_RECORD_VERSION,
+    GroupMembership,
+    MemberRecord,
     RunRecord,
     RunResultRecord,
     StepPointer,
@@ -43,6 +62,7 @@ from durable.engine.records import (
     encode_terminal_record,
     input_digest,
 )
+from durable.engine.remote import ReplyWatcher, ReplyWatcherHandle
 from durable.engine.runs import (
     DEFAULT_QUEUE_NAME,
     HEADER_RUN_ID,
@@ -70,7 +90,18 @@ from durable.engine.runs import (
     validate_run_id,
 )
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
+from durable.engine.signals import SignalOutcome
 from durable.engine.view import WorkflowView
+from durable.engine.webhooks import (
+    WebhookOptions,
+    WebhookRequest,
+    WebhookTerminalHook,
+    WebhookWorker,
+    WebhookWorkerHandle,
+    enqueue_webhook,
+    verify_signature,
+    webhook_request,
+)
 
 __all__ = [
     "DEFAULT_QUEUE_NAME",
@@ -87,17 +118,34 @@ __all__ = [
     "Cancel",
     "Cancelling",
     "Continue",
+    "CronSchedule",
+    "CronScheduler",
     "Delivery",
     "EffectsHandle",
     "Fail",
+    "GroupMember",
+    "GroupMembership",
+    "GroupStatus",
     "Immediate",
+    "Job",
+    "JobContext",
+    "JobGroup",
+    "JobHandle",
+    "JobMemberResult",
+    "JobRunner",
+    "JobRunnerOptions",
     "KvReadHandle",
+    "MemberRecord",
+    "MemberResult",
     "Memo",
     "MemoStore",
     "NoopTerminalHook",
     "OnSignal",
     "Pending",
+    "ReplyWatcher",
+    "ReplyWatcherHandle",
     "RunEnd",
+    "RunGroup",
     "Running",
     "RunOptions",
     "RunOutcome",
@@ -108,6 +156,7 @@ __all__ = [
     "RunStatus",
     "RunTermination",
     "RuntimeOptions",
+    "SignalOutcome",
     "Step",
     "StepError",
     "StepErrorKind",
@@ -122,6 +171,11 @@ __all__ = [
     "TerminalStatus",
     "Terminated",
     "Trigger",
+    "WebhookOptions",
+    "WebhookRequest",
+    "WebhookTerminalHook",
+    "WebhookWorker",
+    "WebhookWorkerHandle",
     "WorkerHandle",
     "WorkflowRuntime",
     "WorkflowView",
@@ -136,6 +190,10 @@ __all__ = [
     "encode_run_result",
     "encode_step_pointer",
     "encode_terminal_record",
+    "enqueue_webhook",
     "input_digest",
+    "member_run_id",
     "validate_run_id",
+    "verify_signature",
+    "webhook_request",
 ]

@@ -11,6 +11,13 @@ write there):
 | ``workflow/terminals/`` + 8-byte time + run id | terminal marker (with memo retention) |
 | ``workflow/groups/{group_id}/members/{key}`` | `MemberRecord` of a run group's member |
 | ``workflow/group-terminals/`` + 8-byte time + group id | group marker (with group retention) |
+| ``workflow/signal-buf/{key}`` | a buffered signal's payload (`durable.engine.signals`) |
+| ``workflow/signal-wait/{key}`` | id of the step job waiting for a signal on ``key`` |
+| ``workflow/signal-delivered/{run_id}/{step}`` | the signal payload consumed for that step |
+| ``workflow/replies/{reply_key}`` | a pending remote-reply marker (`durable.engine.remote`) |
+
+A run group's manifest is an object, not a KV entry: ``{memo
+prefix}/groups/{group_id}/manifest`` (`manifest_object`).
 
 Step jobs carry the dedup key ``run:{run_id}:{step}``; the terminal
 notification job ``run:{run_id}:terminal``.
@@ -22,13 +29,19 @@ from durable.engine.runs import RESERVED_KV_PREFIX
 
 __all__ = [
     "GROUP_TERMINALS_PREFIX",
+    "REPLY_MARKERS_PREFIX",
     "TERMINALS_PREFIX",
     "group_prefix",
+    "manifest_object",
     "member_key",
     "notification_dedup",
     "outcome_key",
     "pointer_key",
+    "reply_marker_key",
     "run_key",
+    "signal_buffer_key",
+    "signal_delivered_key",
+    "signal_wait_key",
     "step_dedup",
 ]
 
@@ -48,6 +61,12 @@ def member_key(group_id: str, key: str) -> bytes:
     return group_prefix(group_id) + key.encode()
 
 
+def manifest_object(memo_prefix: str, group_id: str) -> str:
+    """The object name of group ``group_id``'s manifest under a runtime's memo prefix."""
+    base = f"{memo_prefix}/" if memo_prefix else ""
+    return f"{base}groups/{group_id}/manifest"
+
+
 def run_key(run_id: str) -> bytes:
     """The KV key of the run record."""
     return RESERVED_KV_PREFIX + b"runs/" + run_id.encode()
@@ -61,6 +80,30 @@ def pointer_key(run_id: str) -> bytes:
 def outcome_key(run_id: str) -> bytes:
     """The KV key of the terminal record."""
     return RESERVED_KV_PREFIX + b"outcomes/" + run_id.encode()
+
+
+#: The prefix of every pending remote-reply marker.
+REPLY_MARKERS_PREFIX = RESERVED_KV_PREFIX + b"replies/"
+
+
+def signal_buffer_key(correlation_key: str) -> bytes:
+    """The KV key of the signal buffered for ``correlation_key``."""
+    return RESERVED_KV_PREFIX + b"signal-buf/" + correlation_key.encode()
+
+
+def signal_wait_key(correlation_key: str) -> bytes:
+    """The KV key of the waiter index entry of ``correlation_key``."""
+    return RESERVED_KV_PREFIX + b"signal-wait/" + correlation_key.encode()
+
+
+def signal_delivered_key(run_id: str, step: int) -> bytes:
+    """The KV key of the signal payload consumed for step ``step`` of a run."""
+    return RESERVED_KV_PREFIX + b"signal-delivered/" + run_id.encode() + b"/%d" % step
+
+
+def reply_marker_key(reply_key: str) -> bytes:
+    """The KV key of the pending-reply marker of object ``reply_key``."""
+    return REPLY_MARKERS_PREFIX + reply_key.encode()
 
 
 def step_dedup(run_id: str, step: int) -> str:

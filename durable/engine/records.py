@@ -9,6 +9,10 @@
 - `RunResultRecord`, in the run memo at ``workflow.outcome``: the
   termination with the worker's `RunOutcome`; valid only while its
   termination equals the terminal record's.
+- `MemberRecord`, under ``workflow/groups/{group_id}/members/{key}``: a
+  run group member's run and, once it ended, its termination.
+- `GroupManifest`, an object beside the memos: a run group's members (keys
+  and inputs), written once before any member is submitted.
 - The terminal notification's payload: a `RunOutcome` alone.
 
 Each is a MessagePack map with field names and a format version ``v``;
@@ -28,7 +32,7 @@ from typing import Any, TypeVar
 
 import msgpack
 
-from durable.engine._checks import U64_MAX, check_bytes, check_headers, check_int
+from durable.engine._checks import U64_MAX, check_bytes, check_headers, check_int, check_str
 from durable.engine.outcomes import StepErrorKind
 from durable.engine.runs import RunOutcome, RunTermination, TerminalStatus, validate_run_id
 from durable.errors import CorruptEngineRecord, InvalidArgument
@@ -36,18 +40,21 @@ from durable.store.ids import validate_id
 
 __all__ = [
     "ENGINE_RECORD_VERSION",
+    "GroupManifest",
     "GroupMembership",
     "MemberRecord",
     "RunRecord",
     "RunResultRecord",
     "StepPointer",
     "TerminalRecord",
+    "decode_group_manifest",
     "decode_member_record",
     "decode_run_outcome",
     "decode_run_record",
     "decode_run_result",
     "decode_step_pointer",
     "decode_terminal_record",
+    "encode_group_manifest",
     "encode_member_record",
     "encode_run_outcome",
     "encode_run_record",
@@ -108,6 +115,25 @@ class MemberRecord:
             raise InvalidArgument(
                 f"MemberRecord.termination must be a RunTermination, got {self.termination!r}"
             )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupManifest:
+    """A run group's members, ``(key, input)`` in submission order, and when
+    the group was first submitted."""
+
+    group_id: str
+    members: tuple[tuple[str, bytes], ...]
+    created_at_ms: int
+
+    def __post_init__(self) -> None:
+        validate_id(self.group_id, "group id")
+        members = tuple(
+            (check_str("GroupManifest member key", key, non_empty=True), check_bytes("input", i))
+            for key, i in self.members
+        )
+        object.__setattr__(self, "members", members)
+        check_int("GroupManifest.created_at_ms", self.created_at_ms, 0, U64_MAX)
 
 
 @dataclass(frozen=True, slots=True)
@@ -382,6 +408,36 @@ def decode_member_record(data: bytes, what: str = "member record") -> MemberReco
             _termination(m["terminated"]) if m.get("terminated") is not None else None,
         ),
     )
+
+
+def encode_group_manifest(manifest: GroupManifest) -> bytes:
+    """The stored bytes of a run group's manifest."""
+    return _pack(
+        {
+            "group_id": manifest.group_id,
+            "created_at_ms": manifest.created_at_ms,
+            "members": [{"key": key, "input": input} for key, input in manifest.members],
+        }
+    )
+
+
+def decode_group_manifest(data: bytes, what: str = "group manifest") -> GroupManifest:
+    """Decode a group manifest; `CorruptEngineRecord` naming ``what`` if it is not one."""
+    return _decode(
+        data,
+        what,
+        lambda m: GroupManifest(
+            _field(m, "group_id", str),
+            tuple(_manifest_member(e) for e in _field(m, "members", list)),
+            _field(m, "created_at_ms", int),
+        ),
+    )
+
+
+def _manifest_member(m: object) -> tuple[str, bytes]:
+    if not isinstance(m, dict):
+        raise TypeError(f"a manifest member must be a map, found {m!r}")
+    return _field(m, "key", str), _field(m, "input", bytes)
 
 
 def encode_step_pointer(pointer: StepPointer) -> bytes:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.delivery import StepRunner
+from durable.engine.groups import GroupRetention, RunGroup
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import MemoStore
 from durable.engine.records import (
@@ -44,6 +45,7 @@ from durable.engine.runs import (
     default_memo_prefix,
     validate_run_id,
 )
+from durable.engine.signals import SignalOutcome, Signals
 from durable.engine.transitions import first_step, terminate
 from durable.engine.view import WorkflowView
 from durable.engine.worker import StepWorker
@@ -91,6 +93,10 @@ class RuntimeOptions:
     step_output_replay: bool = False
     #: The clock; None: the queue's.
     clock: Clock | None = field(default=None)
+    #: Forget a run group this many seconds after a `RunGroup.results`
+    #: consumer saw its last member terminate; None keeps groups until
+    #: `RunGroup.forget`.
+    group_retention: float | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_concurrent_steps, int) or self.max_concurrent_steps < 1:
@@ -105,6 +111,13 @@ class RuntimeOptions:
             raise InvalidArgument(
                 f"memo_retention must be None or at least 0.001 seconds, "
                 f"got {self.memo_retention!r}"
+            )
+        if self.group_retention is not None and (
+            not isinstance(self.group_retention, int | float) or self.group_retention < 0.001
+        ):
+            raise InvalidArgument(
+                f"group_retention must be None or at least 0.001 seconds, "
+                f"got {self.group_retention!r}"
             )
 
 
@@ -170,7 +183,11 @@ class WorkflowRuntime:
         self.memos = MemoStore(queue.writer.objects, prefix)
         self.view = WorkflowView(queue.view, self.memos)
         self._terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
+        #: The group markers of group retention, and their sweep.
+        self.group_markers = GroupRetention(self)
         self.replays = ReplayStore(self.memos)
+        #: The durable signal records (`signal`, `clear_signal`).
+        self.signals = Signals(queue)
         self._dead_seen = -1
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
@@ -323,6 +340,23 @@ class WorkflowRuntime:
         await self.queue.cancel_with(pointer.job_id, fx)
         return True
 
+    # -------------------------------------------------------------- signals
+
+    async def signal(self, correlation_key: str, payload: bytes) -> SignalOutcome:
+        """Wake the run waiting on ``correlation_key`` with ``payload``, or buffer it.
+
+        `SignalOutcome.DELIVERED`: a waiting run was woken; its next step
+        sees ``payload`` as ``Step.signal`` (on every redelivery too).
+        `SignalOutcome.BUFFERED`: no run waits; the signal is kept durably
+        (replacing one buffered before) for the next run that waits on the
+        key. Durable when this returns. Bad input raises `InvalidArgument`.
+        """
+        return await self.signals.signal(correlation_key, payload)
+
+    async def clear_signal(self, correlation_key: str) -> bool:
+        """Discard the signal buffered under ``correlation_key``; False if none was."""
+        return await self.signals.clear(correlation_key)
+
     # ------------------------------------------------------- memo retention
 
     def marker_key(self, run_id: str, terminated_at_ms: int) -> bytes | None:
@@ -357,6 +391,18 @@ class WorkflowRuntime:
             return DeleteIf(key, raw, KvEffects().delete(key))
 
         return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
+
+    # ----------------------------------------------------------- run groups
+
+    def group(self, group_id: str) -> RunGroup:
+        """The run group ``group_id`` of this runtime (nothing is read or written
+        until a method of the group is called)."""
+        return RunGroup(self, group_id)
+
+    async def sweep_groups(self) -> int:
+        """Forget the run groups whose group retention has passed; how many
+        group markers went. A no-op without group retention."""
+        return await self.group_markers.sweep()
 
     # --------------------------------------------------------- reconciliation
 
@@ -418,7 +464,7 @@ class WorkflowRuntime:
 
     async def _maintenance_loop(self) -> None:
         while True:
-            for task in (self.reconcile_dead, self.sweep_memos):
+            for task in (self.reconcile_dead, self.sweep_memos, self.sweep_groups):
                 try:
                     await task()
                 except Exception as e:  # logged; the next pass retries

@@ -28,6 +28,7 @@ from durable.engine.records import (
 )
 from durable.engine.runs import (
     HEADER_RUN_ID,
+    HEADER_SIGNAL_DELIVERED,
     HEADER_SIGNAL_WAIT,
     HEADER_STEP,
     HEADER_TERMINAL,
@@ -104,17 +105,29 @@ def advance(
     priority: int,
     max_attempts: int,
     now_ms: int,
+    buffered_signal: bytes | None = None,
 ) -> SettlementEffects:
-    """Add the enqueue of step ``step + 1`` and its pointer to ``effects``."""
+    """Add the enqueue of step ``step + 1`` and its pointer to ``effects``.
+
+    For an `OnSignal` trigger (semantics 2.10) the registration rides the
+    same effects: with ``buffered_signal`` (a buffered signal the caller
+    read for the key) the next step is claimable at once, its payload is
+    recorded as delivered and the buffer deleted; without, the next step is
+    scheduled at the timeout and the key's waiter index names its job.
+    """
     nxt = step + 1
     hdrs = step_headers(run_id, nxt, headers)
     run_at: int | None = None
     if isinstance(when, After):
         run_at = now_ms + round(when.delay * 1000)
+    elif isinstance(when, OnSignal) and buffered_signal is not None:
+        hdrs[HEADER_SIGNAL_DELIVERED] = "1"
+        effects.kv_put(keys.signal_delivered_key(run_id, nxt), buffered_signal)
+        effects.kv_delete(keys.signal_buffer_key(when.correlation_key))
     elif isinstance(when, OnSignal):
-        # Until signals land (issue 5) only the timeout path exists.
         run_at = now_ms + round(when.timeout * 1000)
         hdrs[HEADER_SIGNAL_WAIT] = when.correlation_key
+        effects.kv_put(keys.signal_wait_key(when.correlation_key), job_id.encode())
     else:
         assert isinstance(when, Immediate)
     effects.enqueue(

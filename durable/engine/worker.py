@@ -17,6 +17,11 @@ runner, then settle by this precedence:
 Before a termination it performs, the worker writes the run result record
 to the run memo. A notification job (terminal header) is handed to the
 terminal hook.
+
+Signals (`durable.engine.signals`): a step that waited for one gets it as
+``Step.signal`` at its claim; a ``continue_on_signal`` registers its wait
+(or consumes a buffered signal) in its settlement, and a second waiter on a
+key fails its run like a permanent error.
 """
 
 from __future__ import annotations
@@ -30,6 +35,7 @@ from durable.engine.outcomes import (
     Cancel,
     Continue,
     Fail,
+    OnSignal,
     StepError,
     StepErrorKind,
     StepOutcome,
@@ -52,8 +58,9 @@ from durable.engine.runs import (
     TerminalStatus,
     validate_run_id,
 )
+from durable.engine.signals import Registration, signal_cleanup_keys
 from durable.engine.transitions import advance, terminate, user_headers
-from durable.errors import DurableError, InconsistentRunState
+from durable.errors import DurableError, InconsistentRunState, SignalWaiterExists
 from durable.store.queue import (
     Claim,
     FailWith,
@@ -113,6 +120,8 @@ class StepWorker:
             )
         if record.cancel_requested:
             return await self._terminate(rec, record, step, _Termination(TerminalStatus.CANCELLED))
+        # After the cancel check, so a cancelled run consumes no buffered signal.
+        signal = await self.rt.signals.resolve(rec, run_id, step)
         delivery = Step(
             run_id=run_id,
             step_number=step,
@@ -127,6 +136,7 @@ class StepWorker:
             run_memo=self.rt.memos.run_memo(run_id),
             effects=EffectsHandle(),
             kv=KvReadHandle(self.rt.queue.kv.get),
+            signal=signal,
         )
         error: StepError | None = None
         replay = self.rt.options.step_output_replay
@@ -158,6 +168,16 @@ class StepWorker:
             puts, deletes = delivery.effects.staged()
             replayed = ReplayRecord(self.rt.clock.now_ms(), outcome, puts, deletes)
             await self.rt.replays.put(run_id, step, rec.payload, replayed)
+        # No await from this read of the signal records to the settlement's
+        # commit (see durable.engine.signals).
+        registration: Registration | None = None
+        if not external and isinstance(outcome, Continue) and isinstance(outcome.when, OnSignal):
+            try:
+                registration = self.rt.signals.register(
+                    outcome.when.correlation_key, run_id, outcome.payload
+                )
+            except SignalWaiterExists as e:
+                error, outcome = StepError.permanent(str(e)), None
 
         if isinstance(outcome, Cancel):
             fx = delivery.effects.apply_to(SettlementEffects())
@@ -177,7 +197,10 @@ class StepWorker:
             raise FailWith(error, fx)
         fx = delivery.effects.apply_to(SettlementEffects())
         if isinstance(outcome, Continue):
-            return advance(
+            for key in signal_cleanup_keys(rec.headers, run_id, step):
+                fx.kv_delete(key)
+            next_job = self.rt.queue.next_job_id()
+            fx = advance(
                 fx,
                 queue=self.rt.options.queue_name,
                 run_id=run_id,
@@ -185,11 +208,16 @@ class StepWorker:
                 payload=outcome.payload,
                 when=outcome.when,
                 headers=rec.headers,
-                job_id=self.rt.queue.next_job_id(),
+                job_id=next_job,
                 priority=rec.priority,
                 max_attempts=rec.max_attempts,
                 now_ms=self.rt.clock.now_ms(),
+                buffered_signal=registration.buffered if registration else None,
             )
+            if registration is not None and registration.recheck:
+                assert isinstance(outcome.when, OnSignal)
+                self.rt.signals.recheck_after_commit(run_id, outcome.when.correlation_key, next_job)
+            return fx
         if isinstance(outcome, Succeed):
             end = _Termination(TerminalStatus.SUCCEEDED, result=outcome.result)
             return await self._terminate(rec, record, step, end, fx)
@@ -250,8 +278,11 @@ class StepWorker:
             await rt.memos.put_outcome(
                 record.run_id, encode_run_result(RunResultRecord(termination, outcome))
             )
+        fx = effects if effects is not None else SettlementEffects()
+        for key in signal_cleanup_keys(rec.headers, record.run_id, step):
+            fx.kv_delete(key)  # the delivered-signal record goes with the step
         return terminate(
-            effects if effects is not None else SettlementEffects(),
+            fx,
             queue=rt.options.queue_name,
             termination=termination,
             outcome=outcome,
