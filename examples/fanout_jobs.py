@@ -21,15 +21,13 @@ each job as a single-step run and returns its output to whoever awaits the
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
 
 from durable.engine.jobs import Job, JobContext, JobRunner
 from durable.store.queue import Queue
+from examples._store_dir import run_with_store
 
 
 class Renderer:
@@ -124,9 +122,4 @@ async def main(store: Path) -> None:
 
 
 if __name__ == "__main__":
-    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durable-"))
-    try:
-        asyncio.run(main(base / "store"))
-    finally:
-        if len(sys.argv) == 1:
-            shutil.rmtree(base, ignore_errors=True)
+    run_with_store(main)

@@ -23,9 +23,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import sys
-import tempfile
 from collections import Counter
 from pathlib import Path
 
@@ -39,6 +36,7 @@ from durable.engine import (
 )
 from durable.engine.groups import GroupMember, RunGroup
 from durable.store.queue import OpenOptions, Queue, QueueConfig
+from examples._store_dir import run_with_store
 
 DOCUMENTS = {
     "contract-a": "This agreement is made between Alice and Bob. " * 40,
@@ -162,9 +160,4 @@ async def main(store: Path) -> None:
 
 
 if __name__ == "__main__":
-    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durable-"))
-    try:
-        asyncio.run(main(base / "store"))
-    finally:
-        if len(sys.argv) == 1:
-            shutil.rmtree(base, ignore_errors=True)
+    run_with_store(main)

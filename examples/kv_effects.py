@@ -21,14 +21,12 @@ a `QueueReader`, a read-only view of the store that never disturbs the writer.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sys
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
 from durable.engine import RunSpec, Step, StepOutcome, Succeed, WorkflowRuntime
 from durable.store.queue import Queue, QueueReader, SettlementEffects
+from examples._store_dir import run_with_store
 
 STAGES = ["reserve", "charge", "ship"]
 DONE = ["reserved", "charged", "shipped"]
@@ -86,9 +84,4 @@ async def main(store: Path) -> None:
 
 
 if __name__ == "__main__":
-    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durable-"))
-    try:
-        asyncio.run(main(base / "store"))
-    finally:
-        if len(sys.argv) == 1:
-            shutil.rmtree(base, ignore_errors=True)
+    run_with_store(main)

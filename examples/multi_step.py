@@ -16,9 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 
 from durable.engine import (
@@ -32,6 +29,7 @@ from durable.engine import (
     WorkflowRuntime,
 )
 from durable.store.queue import OpenOptions, Queue, QueueConfig
+from examples._store_dir import run_with_store
 
 STEPS = ["fetch", "parse", "summarize"]
 DOCUMENT = "Durable runs keep their state in object storage.\nNo server. No database.\n"
@@ -103,9 +101,4 @@ async def main(store: Path) -> None:
 
 
 if __name__ == "__main__":
-    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durable-"))
-    try:
-        asyncio.run(main(base / "store"))
-    finally:
-        if len(sys.argv) == 1:
-            shutil.rmtree(base, ignore_errors=True)
+    run_with_store(main)

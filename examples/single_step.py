@@ -11,13 +11,11 @@ outcome) in a local directory; a cloud bucket URL works the same way.
 from __future__ import annotations
 
 import asyncio
-import shutil
-import sys
-import tempfile
 from pathlib import Path
 
 from durable.engine import RunSpec, Step, StepOutcome, Succeed, WorkflowRuntime
 from durable.store.queue import Queue
+from examples._store_dir import run_with_store
 
 
 class Shout:
@@ -52,9 +50,4 @@ async def main(store: Path) -> None:
 
 
 if __name__ == "__main__":
-    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durable-"))
-    try:
-        asyncio.run(main(base / "store"))
-    finally:
-        if len(sys.argv) == 1:
-            shutil.rmtree(base, ignore_errors=True)
+    run_with_store(main)

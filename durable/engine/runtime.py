@@ -322,17 +322,12 @@ class WorkflowRuntime:
         outcome = RunOutcome(
             run_id, TerminalStatus.CANCELLED, pointer.step_number, headers=record.headers
         )
-        fx = terminate(
-            SettlementEffects(),
-            queue=self.options.queue_name,
-            termination=termination,
-            outcome=outcome,
-            input_sha256=record.input_sha256,
-            notify=self.hook.observes(outcome),
+        fx = self.termination_effects(
+            record,
+            termination,
+            outcome,
             priority=job.priority if job is not None else None,
             max_attempts=job.max_attempts if job is not None else None,
-            marker_key=self.marker_key(run_id, termination.terminated_at_ms),
-            member=record.member,
         )
         # Pending or scheduled: removed, and the run terminated with it.
         # Claimed: the token fired; the worker settles the run as cancelled.
@@ -358,6 +353,34 @@ class WorkflowRuntime:
         return await self.signals.clear(correlation_key)
 
     # ------------------------------------------------------- memo retention
+
+    def termination_effects(
+        self,
+        record: RunRecord,
+        termination: RunTermination,
+        outcome: RunOutcome,
+        *,
+        priority: int | None,
+        max_attempts: int | None,
+        effects: SettlementEffects | None = None,
+        record_outcome: bool = False,
+    ) -> SettlementEffects:
+        """``effects`` (new if None) plus the termination of ``record``'s run:
+        the records out, the terminal record and marker in, the group member
+        record rewritten, the notification job if the hook observes it."""
+        return terminate(
+            effects if effects is not None else SettlementEffects(),
+            queue=self.options.queue_name,
+            termination=termination,
+            outcome=outcome,
+            input_sha256=record.input_sha256,
+            notify=self.hook.observes(outcome),
+            priority=priority,
+            max_attempts=max_attempts,
+            marker_key=self.marker_key(record.run_id, termination.terminated_at_ms),
+            record_outcome=record_outcome,
+            member=record.member,
+        )
 
     def marker_key(self, run_id: str, terminated_at_ms: int) -> bytes | None:
         """The terminal-marker key of a termination (None without memo retention)."""
@@ -444,17 +467,12 @@ class WorkflowRuntime:
             outcome = RunOutcome(
                 run_id, TerminalStatus.FAILED, step, error=error, headers=record.headers
             )
-            fx = terminate(
-                SettlementEffects(),
-                queue=self.options.queue_name,
-                termination=termination,
-                outcome=outcome,
-                input_sha256=record.input_sha256,
-                notify=self.hook.observes(outcome),
+            fx = self.termination_effects(
+                record,
+                termination,
+                outcome,
                 priority=job.priority,
                 max_attempts=job.max_attempts,
-                marker_key=self.marker_key(run_id, termination.terminated_at_ms),
-                member=record.member,
             )
             # Only if the run record is still the one read; if a cancellation
             # request changed it meanwhile, look again (the dead count will not

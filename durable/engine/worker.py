@@ -59,7 +59,7 @@ from durable.engine.runs import (
     validate_run_id,
 )
 from durable.engine.signals import Registration, signal_cleanup_keys
-from durable.engine.transitions import advance, terminate, user_headers
+from durable.engine.transitions import advance, user_headers
 from durable.errors import DurableError, InconsistentRunState, SignalWaiterExists
 from durable.store.queue import (
     Claim,
@@ -281,18 +281,14 @@ class StepWorker:
         fx = effects if effects is not None else SettlementEffects()
         for key in signal_cleanup_keys(rec.headers, record.run_id, step):
             fx.kv_delete(key)  # the delivered-signal record goes with the step
-        return terminate(
-            fx,
-            queue=rt.options.queue_name,
-            termination=termination,
-            outcome=outcome,
-            input_sha256=record.input_sha256,
-            notify=rt.hook.observes(outcome),
+        return rt.termination_effects(
+            record,
+            termination,
+            outcome,
             priority=rec.priority,
             max_attempts=rec.max_attempts,
-            marker_key=rt.marker_key(record.run_id, termination.terminated_at_ms),
+            effects=fx,
             record_outcome=inline,
-            member=record.member,
         )
 
     async def _notify(self, rec: JobRecord) -> SettlementEffects:

@@ -4,23 +4,9 @@ do what they say."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def run_example(name: str, *args: str) -> str:
-    done = subprocess.run(
-        [sys.executable, "-m", f"examples.{name}", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+from example_helpers import run_example
 
 
 def test_group_document_pipeline_resumes_only_the_failed_documents(tmp_path: Path) -> None:
