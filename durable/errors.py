@@ -45,6 +45,7 @@ DurableError
     ├── MemberNotSubmitted           a manifest member has no member record
     ├── JobTypeError                 a job type or registration is unusable (also ValueError)
     ├── JobFailed                    a typed job ended in an error
+    ├── BulkFailureThreshold         a bulk run's failed items above its threshold
     ├── InvalidCronExpression        not a five-field cron expression (also ValueError)
     └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
 ```
@@ -57,6 +58,7 @@ from __future__ import annotations
 
 __all__ = [
     "BlobMissing",
+    "BulkFailureThreshold",
     "CancelRequested",
     "ClaimLost",
     "ConflictingKvEffect",
@@ -550,6 +552,29 @@ class JobFailed(EngineError):
         self.job_id = job_id
         self.kind = kind
         self.message = message
+
+
+class BulkFailureThreshold(EngineError):
+    """A bulk run ended with more failed items than its ``fail_threshold`` allows.
+
+    Raised after the run has stopped and flushed its sink: every item's
+    outcome is stored, and ``report`` holds the run's `BulkReport`. Fix the
+    cause and run the same batch again: only the items that did not succeed
+    run again.
+    """
+
+    def __init__(self, failed: int, total: int, threshold: float, report: object = None) -> None:
+        share = 100 * failed / total if total else 0.0
+        super().__init__(
+            f"bulk run: {failed} of {total} items failed ({share:.1f}%), above the "
+            f"threshold of {threshold}%; the report is on .report, and running the same "
+            "batch again runs only the items that did not succeed"
+        )
+        self.failed = failed
+        self.total = total
+        self.threshold = threshold
+        #: The run's `durable.engine.bulk.BulkReport`.
+        self.report = report
 
 
 class InvalidCronExpression(EngineError, ValueError):

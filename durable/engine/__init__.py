@@ -11,9 +11,23 @@ remote workers), run groups (`RunGroup`), typed jobs and job groups
 (`JobRunner`, `Job`; also `durable.engine.jobs`), HTTP webhooks with a
 terminal hook that calls back each run (`WebhookWorker`,
 `WebhookTerminalHook`; also `durable.engine.webhooks`) and cron schedules
-(`CronScheduler`).
+(`CronScheduler`) and bulk runs of one pipeline over many inputs (`Bulk`).
 """
 
+from durable.engine.bulk import (
+    Bulk,
+    BulkContext,
+    BulkOptions,
+    BulkProgress,
+    BulkReport,
+    CostReport,
+    InvalidItem,
+    JsonlSink,
+    NullSink,
+    OutputRecord,
+    Sink,
+    read_jsonl,
+)
 from durable.engine.cron import CronSchedule, CronScheduler
 from durable.engine.delivery import Delivery, KvReadHandle, Step, StepRunner
 from durable.engine.effects import EffectsHandle, TerminalEffects
@@ -115,9 +129,15 @@ __all__ = [
     "RESERVED_HEADER_PREFIX",
     "RESERVED_KV_PREFIX",
     "After",
+    "Bulk",
+    "BulkContext",
+    "BulkOptions",
+    "BulkProgress",
+    "BulkReport",
     "Cancel",
     "Cancelling",
     "Continue",
+    "CostReport",
     "CronSchedule",
     "CronScheduler",
     "Delivery",
@@ -127,6 +147,7 @@ __all__ = [
     "GroupMembership",
     "GroupStatus",
     "Immediate",
+    "InvalidItem",
     "Job",
     "JobContext",
     "JobGroup",
@@ -134,13 +155,16 @@ __all__ = [
     "JobMemberResult",
     "JobRunner",
     "JobRunnerOptions",
+    "JsonlSink",
     "KvReadHandle",
     "MemberRecord",
     "MemberResult",
     "Memo",
     "MemoStore",
     "NoopTerminalHook",
+    "NullSink",
     "OnSignal",
+    "OutputRecord",
     "Pending",
     "ReplyWatcher",
     "ReplyWatcherHandle",
@@ -157,6 +181,7 @@ __all__ = [
     "RunTermination",
     "RuntimeOptions",
     "SignalOutcome",
+    "Sink",
     "Step",
     "StepError",
     "StepErrorKind",
@@ -193,6 +218,7 @@ __all__ = [
     "enqueue_webhook",
     "input_digest",
     "member_run_id",
+    "read_jsonl",
     "validate_run_id",
     "verify_signature",
     "webhook_request",

@@ -363,6 +363,8 @@ class RunGroup:
         finally:
             for key, fut in watches.items():
                 kv.unwatch(keys.member_key(self.group_id, key), fut)
+                if fut.done() and not fut.cancelled():
+                    fut.exception()  # a store failure: raised once above, not per watch
 
     async def status(self) -> GroupStatus:
         """The members counted by state; `GroupNotFound` without a manifest."""
