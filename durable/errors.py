@@ -30,24 +30,35 @@ DurableError
 │   ├── ClaimLost
 │   ├── CancelRequested
 │   └── CorruptRecord                a stored queue record cannot be decoded
-└── EngineError                      the workflow runtime
-    ├── InputMismatch                same run id, other input (also ValueError)
-    ├── ReservedHeader               a header under ``workflow.`` (also ValueError)
-    ├── InvalidArgument              bad option, trigger, outcome (also ValueError)
-    ├── ReservedMemoKey              a run-memo key kept for the runtime (also ValueError)
-    ├── CorruptEngineRecord          a stored engine record cannot be decoded
-    ├── EffectsSealed                staging after the step returned
-    ├── InconsistentRunState         a step job whose run record is gone
-    ├── SignalWaiterExists           a second waiter for a correlation key
-    ├── GroupNotFound                no manifest for a run group (also LookupError)
-    ├── GroupMismatch                a group resubmitted with other members (also ValueError)
-    ├── DuplicateMemberKey           two members of a group share a key (also ValueError)
-    ├── MemberNotSubmitted           a manifest member has no member record
-    ├── JobTypeError                 a job type or registration is unusable (also ValueError)
-    ├── JobFailed                    a typed job ended in an error
-    ├── BulkFailureThreshold         a bulk run's failed items above its threshold
-    ├── InvalidCronExpression        not a five-field cron expression (also ValueError)
-    └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
+├── EngineError                      the workflow runtime
+│   ├── InputMismatch                same run id, other input (also ValueError)
+│   ├── ReservedHeader               a header under ``workflow.`` (also ValueError)
+│   ├── InvalidArgument              bad option, trigger, outcome (also ValueError)
+│   ├── ReservedMemoKey              a run-memo key kept for the runtime (also ValueError)
+│   ├── CorruptEngineRecord          a stored engine record cannot be decoded
+│   ├── EffectsSealed                staging after the step returned
+│   ├── InconsistentRunState         a step job whose run record is gone
+│   ├── SignalWaiterExists           a second waiter for a correlation key
+│   ├── GroupNotFound                no manifest for a run group (also LookupError)
+│   ├── GroupMismatch                a group resubmitted with other members (also ValueError)
+│   ├── DuplicateMemberKey           two members of a group share a key (also ValueError)
+│   ├── MemberNotSubmitted           a manifest member has no member record
+│   ├── JobTypeError                 a job type or registration is unusable (also ValueError)
+│   ├── JobFailed                    a typed job ended in an error
+│   ├── BulkFailureThreshold         a bulk run's failed items above its threshold
+│   ├── InvalidCronExpression        not a five-field cron expression (also ValueError)
+│   └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
+└── WorkflowError                    the decorators (`@workflow`, `@step`, `Engine`)
+    ├── DecoratorError               misuse caught at decoration time (also TypeError)
+    ├── NoEngine                     no `Engine` is running in this context
+    ├── NotInWorkflow                a workflow-only call outside a workflow
+    ├── UnknownWorkflow              a run of a workflow this process does not know
+    ├── NonDeterminismError          a replay called another step than the journal
+    ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
+    ├── RunCancelled                 the run was cancelled
+    ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
+    ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
+    └── UntrustedPayload             an unsigned or tampered pickle, refused
 ```
 
 The engine also raises `InvalidId` for a bad run id and `ReservedKey` for
@@ -61,10 +72,12 @@ __all__ = [
     "BulkFailureThreshold",
     "CancelRequested",
     "ClaimLost",
+    "CodecError",
     "ConflictingKvEffect",
     "CorruptEngineRecord",
     "CorruptObject",
     "CorruptRecord",
+    "DecoratorError",
     "DuplicateJobId",
     "DuplicateMemberKey",
     "DuplicateScheduleName",
@@ -88,6 +101,9 @@ __all__ = [
     "KvValueTooLarge",
     "MemberNotSubmitted",
     "MissingGuarantee",
+    "NoEngine",
+    "NonDeterminismError",
+    "NotInWorkflow",
     "ObjectExists",
     "ObjectNotFound",
     "ObjectStoreError",
@@ -98,11 +114,17 @@ __all__ = [
     "ReservedHeader",
     "ReservedKey",
     "ReservedMemoKey",
+    "RunCancelled",
     "SignalWaiterExists",
+    "StepMaybeExecutedError",
     "StoreClosed",
     "StoreError",
     "StoreNotInitialized",
+    "UnknownWorkflow",
     "UnsupportedFormat",
+    "UntrustedPayload",
+    "WorkflowError",
+    "WorkflowFailed",
 ]
 
 
@@ -597,3 +619,124 @@ class DuplicateScheduleName(EngineError, ValueError):
             f"cron schedule {name!r} is already registered; give each schedule its own name"
         )
         self.name = name
+
+
+# ----------------------------------------------------------------- decorators
+
+
+class WorkflowError(DurableError):
+    """An error of the decorator layer (`@workflow`, `@step`, `@job`, `Engine`)."""
+
+
+class DecoratorError(WorkflowError, TypeError):
+    """A decorator was misused (a non-async function, a duplicate name);
+    raised at decoration time, with the fix in the message."""
+
+
+class NoEngine(WorkflowError):
+    """A call needs a running `Engine`, and none is running in this context."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(
+            f"{what} needs a running Engine: use `async with durable.Engine(...):` "
+            "around the code that starts or submits work"
+        )
+        self.what = what
+
+
+class NotInWorkflow(WorkflowError):
+    """A call that only makes sense inside a running workflow was made outside one."""
+
+    def __init__(self, what: str) -> None:
+        super().__init__(f"{what} can only be called inside a running @workflow function")
+        self.what = what
+
+
+class UnknownWorkflow(WorkflowError):
+    """A run names a workflow this process has not registered; the run fails."""
+
+    def __init__(self, run_id: str, name: str) -> None:
+        module = name.rpartition(".")[0] or name
+        super().__init__(
+            f"run {run_id!r} is a run of workflow {name!r}, which this process does not "
+            f"know: import the module that defines it ({module!r}) before starting the Engine"
+        )
+        self.run_id = run_id
+        self.name = name
+
+
+class NonDeterminismError(WorkflowError):
+    """A replayed workflow called a different step than its journal holds at a position.
+
+    Workflow code must call the same steps in the same order on every replay;
+    the run fails with this error.
+    """
+
+    def __init__(self, run_id: str, position: int, journaled: str, new: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: non-deterministic workflow: position {position} was "
+            f"{journaled!r} in the journal but the code now calls {new!r}; keep the order "
+            "of step calls stable (pin names with name=...), or start a new run"
+        )
+        self.run_id = run_id
+        self.position = position
+        self.journaled = journaled
+        self.new = new
+
+
+class StepMaybeExecutedError(WorkflowError):
+    """An ``at_most_once`` step had started before a crash and has no result:
+    it may have run, so it is not run again."""
+
+    def __init__(self, run_id: str, position: int, name: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: at-most-once step {name!r} at position {position} started "
+            "before a crash and may have run; it is not run again (check its effect, then "
+            "handle this error in the workflow)"
+        )
+        self.run_id = run_id
+        self.position = position
+        self.name = name
+
+
+class RunCancelled(WorkflowError):
+    """The run was cancelled before it finished."""
+
+    def __init__(self, run_id: str, reason: str | None = None) -> None:
+        detail = f": {reason}" if reason else ""
+        super().__init__(f"run {run_id!r} was cancelled{detail}")
+        self.run_id = run_id
+        self.reason = reason
+
+
+class WorkflowFailed(WorkflowError):
+    """A workflow (or step, or job) raised an exception that cannot be rebuilt
+    here; ``type_name`` and ``message`` describe it, ``remote_traceback`` is
+    its formatted traceback when known."""
+
+    def __init__(
+        self, run_id: str, type_name: str, message: str, remote_traceback: str | None = None
+    ) -> None:
+        super().__init__(f"run {run_id!r} failed with {type_name}: {message}")
+        self.run_id = run_id
+        self.type_name = type_name
+        self.message = message
+        self.remote_traceback = remote_traceback
+
+
+class CodecError(WorkflowError, TypeError):
+    """A value cannot be encoded (or a stored one decoded) by the codec;
+    the message names the value (which argument or result) and the fix."""
+
+
+class UntrustedPayload(WorkflowError):
+    """A stored pickle is unsigned or its signature does not match the
+    engine's signing key; it was refused, never unpickled."""
+
+    def __init__(self, what: str, reason: str) -> None:
+        super().__init__(
+            f"refused to unpickle {what}: {reason}; pickles are only read when signed "
+            "with this Engine's signing_key"
+        )
+        self.what = what
+        self.reason = reason
