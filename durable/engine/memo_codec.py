@@ -38,11 +38,13 @@ from durable.store.framing import Kind, frame, unframe
 
 __all__ = [
     "CONTENT_KEY_PREFIX",
+    "canonical",
     "content_key",
     "decode_entry",
     "encode_entry",
     "key_hash",
     "normalize_prefix",
+    "plain_default",
     "run_dir",
     "run_scope",
     "step_outputs_dir",
@@ -110,7 +112,9 @@ def key_hash(key: str) -> str:
 # ------------------------------------------------------------------- values
 
 
-def _default(obj: Any) -> Any:
+def plain_default(obj: Any) -> Any:
+    """msgpack's ``default`` hook for plain data: a dataclass becomes the map of
+    its fields; anything else is a `TypeError` ("not plain data")."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
         return {f.name: getattr(obj, f.name) for f in dataclasses.fields(obj)}
     raise TypeError(f"a {type(obj).__name__} is not plain data")
@@ -128,7 +132,7 @@ def encode_entry(key: str, value: Any) -> tuple[bytes, Any]:
     """
     kb = _key_bytes(key)
     try:
-        body = msgpack.packb({"k": kb, "v": value}, default=_default, use_bin_type=True)
+        body = msgpack.packb({"k": kb, "v": value}, default=plain_default, use_bin_type=True)
         decoded = _unpack(body)["v"]
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise TypeError(
@@ -175,16 +179,17 @@ def _sort_key(key: Any) -> tuple[int, Any]:
     return (5, msgpack.packb(key, use_bin_type=True))
 
 
-def _canonical(obj: Any) -> Any:
-    """``obj`` with every map's keys sorted (`_sort_key`), dataclasses as maps."""
+def canonical(obj: Any) -> Any:
+    """``obj`` with every map's keys sorted (`_sort_key`), dataclasses as maps:
+    equal values encode to equal bytes (content keys, input hashes)."""
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):
-        obj = _default(obj)
+        obj = plain_default(obj)
     if isinstance(obj, dict):
-        items = [(_canonical(k), _canonical(v)) for k, v in obj.items()]
+        items = [(canonical(k), canonical(v)) for k, v in obj.items()]
         items.sort(key=lambda kv: _sort_key(kv[0]))
         return dict(items)
     if isinstance(obj, list | tuple):
-        return tuple(_canonical(v) for v in obj)
+        return tuple(canonical(v) for v in obj)
     return obj
 
 
@@ -198,7 +203,7 @@ def content_key(input: Any) -> str:
     is not plain data.
     """
     try:
-        packed = msgpack.packb(_canonical(input), default=_default, use_bin_type=True)
+        packed = msgpack.packb(canonical(input), default=plain_default, use_bin_type=True)
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise TypeError(
             f"memo content input cannot be encoded: {e}; content inputs must be plain "

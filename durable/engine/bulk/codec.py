@@ -23,7 +23,7 @@ import msgpack
 
 from durable.engine._checks import check_str
 from durable.engine.bulk.cost import CostReport
-from durable.engine.memo_codec import _canonical, _default  # the memo's plain-data rules
+from durable.engine.memo_codec import canonical, plain_default  # the memo's plain-data rules
 from durable.errors import CorruptEngineRecord, InvalidArgument
 
 __all__ = [
@@ -77,7 +77,7 @@ def encode_item(key: str, item: Any) -> bytes:
         else {"key": key, "input": item}
     )
     try:
-        return msgpack.packb(_canonical(body), default=_default, use_bin_type=True)
+        return msgpack.packb(canonical(body), default=plain_default, use_bin_type=True)
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise InvalidArgument(
             f"bulk item {key!r}: its input cannot be stored ({e}); inputs must be {_PLAIN}"
@@ -106,7 +106,7 @@ def encode_result(output: Any, cost: CostReport) -> bytes:
     """The run result of a succeeded item; `TypeError` if ``output`` is not plain data."""
     try:
         return msgpack.packb(
-            {"output": output, "cost": cost.to_map()}, default=_default, use_bin_type=True
+            {"output": output, "cost": cost.to_map()}, default=plain_default, use_bin_type=True
         )
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise TypeError(f"the pipeline's output cannot be stored ({e}); return {_PLAIN}") from None

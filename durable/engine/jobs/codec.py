@@ -22,7 +22,7 @@ from typing import Any
 import msgpack
 
 from durable.engine.jobs.job import Job, check_job_type, output_type
-from durable.engine.memo_codec import _canonical, _default  # the memo's plain-data rules
+from durable.engine.memo_codec import canonical, plain_default  # the memo's plain-data rules
 from durable.errors import JobTypeError
 
 __all__ = ["decode_job", "decode_output", "encode_job", "encode_output", "job_name"]
@@ -40,7 +40,7 @@ def encode_job(job: Job[Any]) -> bytes:
     fields = {f.name: getattr(job, f.name) for f in dataclasses.fields(job)}  # type: ignore[arg-type]
     try:
         return msgpack.packb(
-            {"job": cls.NAME, "input": _canonical(fields)}, default=_default, use_bin_type=True
+            {"job": cls.NAME, "input": canonical(fields)}, default=plain_default, use_bin_type=True
         )
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise JobTypeError(
@@ -90,7 +90,7 @@ def decode_job(payload: bytes, types: Mapping[str, type[Job[Any]]]) -> Job[Any]:
 def encode_output(name: str, value: Any) -> bytes:
     """The stored result of an output of job type ``name``; `JobTypeError` if not plain data."""
     try:
-        return msgpack.packb(value, default=_default, use_bin_type=True)
+        return msgpack.packb(value, default=plain_default, use_bin_type=True)
     except (TypeError, ValueError, OverflowError, RecursionError) as e:
         raise JobTypeError(
             f"job {name!r}: its output cannot be stored ({e}); return {_PLAIN}"
