@@ -1,3 +1,84 @@
-"""durable: durable execution for async Python on object storage."""
+"""durable: durable execution for async Python on object storage.
 
-__version__ = "0.1.0.dev0"
+```python
+import durable
+from durable import Engine, job, step, workflow
+
+@step
+async def shout(text: str) -> str:
+    return text.upper()
+
+@workflow
+async def greet(name: str) -> str:
+    return await shout(f"hello, {name}")
+
+async with Engine("file:///var/lib/app/durable"):
+    print(await greet("durable"))
+```
+
+The decorators (`workflow`, `step`, `job`) and the `Engine` are here; the layers below are
+`durable.engine` (the workflow runtime) and `durable.store` (the queue and
+KV store on an object store).
+"""
+
+__version__ = "0.1.0.dev0"  # first: modules imported below read it
+
+from durable.decorators import (
+    Backoff,
+    Engine,
+    JobFunction,
+    JobHandle,
+    JobSubmitter,
+    StepFunction,
+    Workflow,
+    WorkflowHandle,
+    WorkflowStarter,
+    job,
+    run_id,
+    sleep,
+    step,
+    wait_for_signal,
+    workflow,
+)
+from durable.errors import (
+    CodecError,
+    DecoratorError,
+    NoEngine,
+    NonDeterminismError,
+    NotInWorkflow,
+    RunCancelled,
+    StepMaybeExecutedError,
+    UnknownWorkflow,
+    UntrustedPayload,
+    WorkflowError,
+    WorkflowFailed,
+)
+
+__all__ = [
+    "Backoff",
+    "CodecError",
+    "DecoratorError",
+    "Engine",
+    "JobFunction",
+    "JobHandle",
+    "JobSubmitter",
+    "NoEngine",
+    "NonDeterminismError",
+    "NotInWorkflow",
+    "RunCancelled",
+    "StepFunction",
+    "StepMaybeExecutedError",
+    "UnknownWorkflow",
+    "UntrustedPayload",
+    "Workflow",
+    "WorkflowError",
+    "WorkflowFailed",
+    "WorkflowHandle",
+    "WorkflowStarter",
+    "job",
+    "run_id",
+    "sleep",
+    "step",
+    "wait_for_signal",
+    "workflow",
+]

@@ -136,6 +136,20 @@ class DurableError(Exception):
 
     transient: bool = False
 
+    def __reduce__(self) -> tuple[object, ...]:
+        # Rebuild without calling __init__ (subclasses take other arguments),
+        # so a stored error (a failed workflow's) unpickles as its own type.
+        return (_rebuild, (type(self), self.args, self.__dict__))
+
+
+def _rebuild(
+    cls: type[DurableError], args: tuple[object, ...], state: dict[str, object]
+) -> DurableError:
+    error = cls.__new__(cls)
+    error.args = args
+    error.__dict__.update(state)
+    return error
+
 
 # --------------------------------------------------------------------- store
 

@@ -1,129 +1,135 @@
-"""Quickstart: an order pipeline that survives kill -9, on a local directory store.
+"""Quickstart: a workflow that survives kill -9 and resumes where it stopped.
 
-    python -m examples.quickstart [STORE_DIR]
+    python -m examples.quickstart [DIR]
 
-Each order goes through three stages (reserve -> charge -> ship). A stage
-is a queue job; finishing it acks the job, records the stage in the KV
-namespace and enqueues the next stage, all in one atomic transaction.
+An order goes through four steps (reserve -> charge -> ship -> notify).
+Each ``@step``'s result is journaled in the store before the workflow goes
+on, so a process that picks the run up after a crash replays the finished
+steps from the journal instead of running them again.
 
-The demo starts a worker *process*, kills it with SIGKILL in the middle of
-the run, then finishes the work in this process. Every order completes, and
-no stage that had finished runs again: its result and its successor were
-committed together with its ack.
+The demo starts the run in a worker *process*, kills that process with
+SIGKILL while it is in the middle of the ``charge`` step, then opens the
+same store in this process: the run completes, and only the step that was
+in flight when the process died ran twice.
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import time
+from collections import Counter
 from pathlib import Path
 
-from durable.store.objects import LocalObjectStore
-from durable.store.queue import (
-    Claim,
-    LeaseHandle,
-    OpenOptions,
-    Queue,
-    SettlementEffects,
-)
-from durable.store.queue.worker import run_worker_concurrent
+from durable import Engine, step, workflow
 
-QUEUE = "orders"
-STAGES = ["reserve", "charge", "ship"]
-ORDERS = 12
+RUN_ID = "order-42"
+STEPS = ["reserve", "charge", "ship", "notify"]
+LOG: list[Path] = []  # where each step execution is logged (a side effect)
 
 
-def next_stage_effects(order: str, stage: str, result: str) -> SettlementEffects:
-    """What finishing ``stage`` of ``order`` commits, atomically with its ack."""
-    effects = SettlementEffects().kv_put(f"order/{order}/{stage}".encode(), result.encode())
-    i = STAGES.index(stage)
-    if i + 1 < len(STAGES):
-        payload = json.dumps({"order": order, "stage": STAGES[i + 1]}).encode()
-        effects.enqueue(QUEUE, payload)
-    return effects
+def executed(name: str) -> None:
+    """Record one execution of step ``name`` (appends are atomic)."""
+    with LOG[0].open("a") as f:
+        f.write(f"{name}\n")
 
 
-class StageWorker:
-    """Runs one stage of one order; logs each execution to ``executions``."""
-
-    def __init__(self, executions: Path, delay: float) -> None:
-        self.executions = executions
-        self.delay = delay
-
-    async def process(self, job: Claim, lease: LeaseHandle) -> SettlementEffects:
-        """Do the stage's work, then hand back what to commit with the ack."""
-        task = json.loads(job.record.payload)
-        with self.executions.open("a") as f:  # an outside side effect, at least once
-            f.write(f"{task['order']} {task['stage']}\n")
-        await asyncio.sleep(self.delay)  # the "work"
-        return next_stage_effects(task["order"], task["stage"], f"{task['stage']} ok")
+@step
+async def reserve(order: str) -> str:
+    executed("reserve")
+    await asyncio.sleep(0.1)  # the "work"
+    return "reserved"
 
 
-async def work(store: Path, delay: float, until_done: bool) -> None:
-    """Run the stage worker until every order is shipped (or forever)."""
-    async with await Queue.open(LocalObjectStore(store), OpenOptions()) as q:
-        shutdown = asyncio.Event()
-        worker = StageWorker(store.parent / "executions.log", delay)
-        runner = asyncio.create_task(
-            run_worker_concurrent(
-                q, worker, name=QUEUE, concurrency=4, poll_interval=0.2, shutdown=shutdown
-            )
-        )
-        while until_done:
-            shipped = sum(q.kv.get(f"order/{o}/ship".encode()) is not None for o in range(ORDERS))
-            if shipped == ORDERS:
-                break
-            await asyncio.sleep(0.05)
-        else:
-            await runner
-        shutdown.set()
-        await runner
+@step
+async def charge(order: str) -> str:
+    executed("charge")
+    await asyncio.sleep(0.5)  # long enough for the kill to land in it
+    return "charged"
 
 
-async def submit(store: Path) -> None:
-    """Enqueue the first stage of every order."""
-    async with await Queue.open(LocalObjectStore(store), OpenOptions()) as q:
-        for o in range(ORDERS):
-            await q.enqueue(QUEUE, json.dumps({"order": o, "stage": STAGES[0]}).encode())
+@step
+async def ship(order: str) -> str:
+    executed("ship")
+    await asyncio.sleep(0.1)
+    return "shipped"
+
+
+@step
+async def notify(order: str, summary: str) -> str:
+    executed("notify")
+    return f"mailed {order}"
+
+
+@workflow(name="quickstart.order")
+async def process_order(order: str) -> str:
+    """The order pipeline: each step runs once, whatever happens to the process."""
+    done = [await reserve(order), await charge(order), await ship(order)]
+    summary = f"{order}: {', '.join(done)}"
+    await notify(order, summary)
+    return summary
+
+
+async def work(store: Path) -> None:
+    """The worker process: start the run (once: the run id names it) and work."""
+    async with Engine(store):
+        await process_order.options(run_id=RUN_ID).start(RUN_ID)
+        await asyncio.Event().wait()  # until killed
+
+
+async def resume(store: Path) -> str:
+    """This process: open the same store and wait for the run to finish."""
+    async with Engine(store) as engine:
+        result: str = await engine.handle(RUN_ID).result(timeout=60)
+        return result
+
+
+def run_until_charging(store: Path, log: Path) -> None:
+    """Start the worker process, kill -9 it in the middle of ``charge``."""
+    child = subprocess.Popen([sys.executable, "-m", "examples.quickstart", "--worker", str(store)])
+    deadline = time.monotonic() + 30
+    while "charge" not in log.read_text().split():
+        if child.poll() is not None or time.monotonic() > deadline:
+            child.kill()
+            raise SystemExit("the worker process did not reach the charge step")
+        time.sleep(0.01)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
 
 
 def main() -> None:
     """Run the demo."""
     if len(sys.argv) > 2 and sys.argv[1] == "--worker":  # the child process
-        asyncio.run(work(Path(sys.argv[2]), delay=0.02, until_done=False))
+        store = Path(sys.argv[2])
+        LOG.append(store.parent / "executions.log")
+        asyncio.run(work(store))
         return
-    base = Path(sys.argv[1]) if len(sys.argv) > 1 else Path(tempfile.mkdtemp(prefix="durable-"))
-    store = base / "store"
+    given = len(sys.argv) > 1
+    base = Path(sys.argv[1]) if given else Path(tempfile.mkdtemp(prefix="durable-"))
     shutil.rmtree(base, ignore_errors=True)
+    store = base / "store"
     store.mkdir(parents=True)
-    asyncio.run(submit(store))
-    print(f"store: {store}\nsubmitted {ORDERS} orders x {len(STAGES)} stages")
+    LOG.append(base / "executions.log")
+    LOG[0].touch()
+    print(f"store: {store}")
 
-    log = base / "executions.log"
-    log.touch()
-    child = subprocess.Popen([sys.executable, "-m", "examples.quickstart", "--worker", str(store)])
-    while len(log.read_text().splitlines()) < ORDERS:  # let it get some way in
-        if child.poll() is not None:
-            raise SystemExit("worker process exited early")
-        asyncio.run(asyncio.sleep(0.01))
-    os.kill(child.pid, signal.SIGKILL)
-    child.wait()
-    before = len(log.read_text().splitlines())
-    print(f"killed the worker process (kill -9) after {before} stage executions")
+    run_until_charging(store, LOG[0])
+    before = LOG[0].read_text().split()
+    print(f"killed the worker process (kill -9) during step {before[-1]!r}")
+    print(f"  steps it had started: {', '.join(before)}")
 
-    asyncio.run(work(store, delay=0.0, until_done=True))
-    runs = log.read_text().splitlines()
-    repeated = len(runs) - len(set(runs))
-    print(f"restarted in this process: all {ORDERS} orders shipped")
-    print(f"stage executions: {len(runs)} for {ORDERS * len(STAGES)} stages ({repeated} re-run:")
-    print("  only stages that were in flight when the process died run again)")
-    if not sys.argv[1:]:
+    result = asyncio.run(resume(store))
+    print(f"resumed in this process: run {RUN_ID!r} returned {result!r}")
+    counts = Counter(LOG[0].read_text().split())
+    print("step executions: " + ", ".join(f"{name} {counts[name]}" for name in STEPS))
+    again = [name for name in STEPS if counts[name] > 1]
+    print(f"ran again: {', '.join(again) or 'none'} (only the step in flight at the kill)")
+    if not given:
         shutil.rmtree(base, ignore_errors=True)
 
 

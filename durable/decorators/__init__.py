@@ -1,1 +1,55 @@
-"""``@workflow``, ``@step`` and ``@job`` on top of the engine: being built."""
+"""``@workflow``, ``@step`` and ``@job`` on top of the engine (all exported from `durable`).
+
+```python
+import durable
+from durable import Engine, step, workflow
+
+@step(max_attempts=3, backoff=durable.Backoff(initial=1.0))
+async def fetch(url: str) -> str: ...
+
+@workflow
+async def pipeline(url: str) -> str:
+    text = await fetch(url)                  # journaled: never repeated once done
+    await durable.sleep(3600)                # a durable timer: holds no worker
+    return text
+
+async with Engine("file:///var/lib/app/durable"):
+    handle = await pipeline.start("https://example.com")
+    print(await handle.result())
+```
+
+The pieces, one module each: the `Engine` (`engine`), the decorators
+(`workflow`, `step`), the retry policy (`backoff`, `attempts`), durable
+waits (`waits`), child workflows (`children`), handles (`handles`), the
+journal (`journal`), the run context (`context`), the delivery runner
+(`runner`), the codec (`codec`) and `@job` (`jobs`).
+"""
+
+from durable.decorators.backoff import Backoff
+from durable.decorators.context import run_id
+from durable.decorators.current import current_engine
+from durable.decorators.engine import Engine
+from durable.decorators.handles import WorkflowHandle
+from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
+from durable.decorators.step import StepFunction, step
+from durable.decorators.waits import sleep, wait_for_signal
+from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
+
+__all__ = [
+    "Backoff",
+    "Engine",
+    "JobFunction",
+    "JobHandle",
+    "JobSubmitter",
+    "StepFunction",
+    "Workflow",
+    "WorkflowHandle",
+    "WorkflowStarter",
+    "current_engine",
+    "job",
+    "run_id",
+    "sleep",
+    "step",
+    "wait_for_signal",
+    "workflow",
+]

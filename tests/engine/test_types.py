@@ -739,3 +739,27 @@ def test_arbitrary_bytes_decode_or_raise_corrupt(
 ) -> None:
     with contextlib.suppress(CorruptEngineRecord):
         decode(data)
+
+
+@pytest.mark.parametrize(
+    "error",
+    [
+        errors.InputMismatch("run-1"),
+        errors.NonDeterminismError("run-1", 3, "fetch", "shout"),
+        errors.StepMaybeExecutedError("run-1", 2, "charge"),
+        errors.UnknownWorkflow("run-1", "shop.checkout"),
+        errors.RunCancelled("run-1", "user asked"),
+        errors.SignalWaiterExists("approve:1", "run-1"),
+        errors.ObjectNotFound("log/1"),
+        errors.DecoratorError("plain message"),
+    ],
+    ids=lambda e: type(e).__name__,
+)
+def test_errors_survive_pickling_with_their_type_and_fields(error: errors.DurableError) -> None:
+    # A failed workflow's exception is stored pickled; ours must come back as themselves.
+    error.add_note("raised in a worker")
+    back = pickle.loads(pickle.dumps(error))
+    assert type(back) is type(error)
+    assert str(back) == str(error)
+    assert vars(back) == vars(error)
+    assert back.transient == error.transient

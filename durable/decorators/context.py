@@ -1,0 +1,182 @@
+"""The run context: what the code of a running workflow sees.
+
+A delivery runs the workflow function inside a `RunContext`, held in a
+`contextvars.ContextVar`, so every task the workflow starts (each branch of
+an ``asyncio.gather``) sees the same run. It carries the run id, the
+engine, the delivery's `durable.engine.Step`, the run's journal and the
+*position counter*: every ``@step`` call, durable wait and child run takes
+the next position synchronously, when it is called, so positions do not
+depend on which branch of a gather finishes first.
+
+While a step's body runs, the context also names that step: inside a step
+``@step`` calls are plain calls and durable waits are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Container, Iterator
+from contextvars import Context, ContextVar, copy_context
+from typing import TYPE_CHECKING, Any
+
+from durable.decorators.suspend import Abort
+from durable.errors import NonDeterminismError, NotInWorkflow
+
+if TYPE_CHECKING:
+    from durable.decorators.codec import Codec
+    from durable.decorators.engine import Engine
+    from durable.decorators.journal import Entry, Journal
+    from durable.engine.delivery import Step
+    from durable.store.clock import Clock
+
+__all__ = ["RunContext", "active_run", "current_run", "in_step", "run_id", "running_step"]
+
+_run: ContextVar[RunContext | None] = ContextVar("durable_run", default=None)
+_step: ContextVar[str | None] = ContextVar("durable_step", default=None)
+
+
+class RunContext:
+    """One delivery of one workflow run; see the module docstring."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        delivery: Step,
+        journal: Journal,
+        draining: asyncio.Event,
+    ) -> None:
+        self.engine = engine
+        self.delivery = delivery
+        self.journal = journal
+        self.draining = draining
+        self._next = 0
+        #: Tasks running steps and waits of this delivery: cancelled when it ends.
+        self.inflight: set[asyncio.Task[object]] = set()
+        #: Child-run starts of this delivery: awaited before it ends.
+        self.starts: set[asyncio.Task[None]] = set()
+        #: The first non-determinism met, even if the workflow caught it.
+        self.nondeterminism: NonDeterminismError | None = None
+
+    @property
+    def run_id(self) -> str:
+        """The run's id."""
+        return self.delivery.run_id
+
+    @property
+    def codec(self) -> Codec:
+        """The engine's codec."""
+        return self.engine.codec
+
+    @property
+    def clock(self) -> Clock:
+        """The engine's clock."""
+        return self.engine.clock
+
+    def next_position(self) -> int:
+        """Take the next journal position."""
+        position = self._next
+        self._next += 1
+        return position
+
+    def nondeterministic(self, position: int, journaled: str, new: str) -> NonDeterminismError:
+        """The error for a call that differs from the journal (remembered, so
+        the run fails even if the workflow catches it)."""
+        error = NonDeterminismError(self.run_id, position, journaled, new)
+        if self.nondeterminism is None:
+            self.nondeterminism = error
+        return error
+
+    def entry_at(self, position: int, kinds: Container[str], name: str, new: str) -> Entry | None:
+        """The journal entry at ``position``, checked against the call being
+        made there (``name`` of one of ``kinds``, described as ``new``):
+        `NonDeterminismError` if the journal holds another call."""
+        entry = self.journal.get(position)
+        if entry is not None and (entry.kind not in kinds or entry.name != name):
+            raise self.nondeterministic(position, entry.describe(), new)
+        return entry
+
+    async def record(self, position: int, entry: Entry) -> Entry:
+        """Journal ``entry`` at ``position``, durably; a failed write ends the
+        delivery with `Abort` (the queue redelivers it)."""
+        try:
+            return await self.journal.write(position, entry)
+        except Exception as e:
+            raise Abort(
+                f"run {self.run_id!r}: the journal entry at position {position} could not "
+                f"be written: {e}",
+                e,
+            ) from e
+
+    async def replay(self, position: int, entry: Entry) -> Any:
+        """The recorded result of ``entry``, or raise its recorded exception."""
+        ok, err = await self.journal.values(position, entry)
+        what = f"the {entry.describe()} at position {position} of run {self.run_id!r}"
+        if err is not None:
+            raise self.codec.loads_error(err, what=f"the exception of {what}")
+        return self.codec.loads(ok or b"", what=f"the result of {what}")
+
+    def track(self) -> asyncio.Task[object] | None:
+        """Register the current task as running a step or wait of this delivery."""
+        task = asyncio.current_task()
+        if task is not None:
+            self.inflight.add(task)
+        return task
+
+    def untrack(self, task: asyncio.Task[object] | None) -> None:
+        """Undo `track`."""
+        if task is not None:
+            self.inflight.discard(task)
+
+    def context(self) -> Context:
+        """A copy of the calling context in which this is the current run
+        (run the workflow's task in it)."""
+        ctx = copy_context()
+        ctx.run(_run.set, self)
+        return ctx
+
+
+def active_run() -> RunContext | None:
+    """The run whose workflow code is executing here; None outside a workflow
+    and inside a step's body."""
+    if _step.get() is not None:
+        return None
+    return _run.get()
+
+
+def current_run(what: str) -> RunContext:
+    """`active_run`, or `NotInWorkflow` naming ``what``."""
+    step = _step.get()
+    if step is not None:
+        raise NotInWorkflow(f"{what} (here inside the body of step {step!r})")
+    run = _run.get()
+    if run is None:
+        raise NotInWorkflow(what)
+    return run
+
+
+@contextlib.contextmanager
+def in_step(name: str) -> Iterator[None]:
+    """Mark the calling context as running the body of step ``name`` (tasks
+    created inside inherit the mark)."""
+    token = _step.set(name)
+    try:
+        yield
+    finally:
+        _step.reset(token)
+
+
+def running_step() -> str | None:
+    """The name of the step whose body runs here, or None."""
+    return _step.get()
+
+
+def run_id() -> str:
+    """The id of the workflow run this code belongs to (also inside its steps).
+
+    `NotInWorkflow` outside a workflow.
+    """
+    run = _run.get()
+    if run is None:
+        raise NotInWorkflow("durable.run_id()")
+    return run.run_id

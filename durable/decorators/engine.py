@@ -1,0 +1,212 @@
+"""`Engine`: the decorators' runtime, opened with ``async with Engine(url):``.
+
+The engine composes what the decorators need and nothing else: the
+store's `Queue`, the `Codec` of arguments and results, the clock, one
+workflow runtime per workflow queue (`WorkflowQueues`) and the *services*
+that start and stop with it (the ``@job`` runner is one). Starting runs,
+handles and waits live in their own modules; they reach the engine through
+`durable.decorators.current.current_engine`.
+
+```python
+async with Engine("file:///var/lib/app/durable") as engine:
+    handle = await pipeline.start("https://example.com")
+    print(await handle.result())
+```
+
+On exit the engine lets every running workflow finish its step in flight
+and suspend (its next step runs in the next process), then stops its
+services (in reverse order) and closes the store.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from contextvars import Token
+from typing import TYPE_CHECKING, Any, Literal
+
+from durable._logging import get_logger
+from durable.decorators.codec import Codec
+from durable.decorators.current import reset_engine, set_engine
+from durable.decorators.runtimes import WorkflowQueues
+from durable.decorators.services import EngineService, default_services
+from durable.engine.signals import SignalOutcome
+from durable.errors import InvalidArgument, NoEngine
+from durable.store.clock import Clock, SystemClock
+from durable.store.objects.base import ObjectStore
+from durable.store.queue import OpenOptions, Queue
+
+if TYPE_CHECKING:
+    from durable.decorators.handles import WorkflowHandle
+
+__all__ = ["DEFAULT_STORE", "Engine"]
+
+log = get_logger("durable.decorators")
+
+#: Where ``Engine()`` keeps its store without a URL: a directory in the cwd.
+DEFAULT_STORE = ".durable"
+
+
+def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
+    limits = dict(concurrency or {})
+    for queue, limit in limits.items():
+        if not isinstance(queue, str):
+            raise InvalidArgument(f"concurrency keys are queue names (str), got {queue!r}")
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 0:
+            raise InvalidArgument(
+                f"concurrency[{queue!r}] must be an int >= 0 (runs of that queue at once), "
+                f"got {limit!r}"
+            )
+    return limits
+
+
+class Engine:
+    """Runs the workflows (and, through services, the jobs) of this process.
+
+    ``url`` is the store: a path, a ``file://``, ``s3://``, ``gs://`` or
+    ``az://`` URL, ``memory://name``, or an `ObjectStore` (which the caller
+    closes); None is the directory ``./.durable``. ``storage_options`` go
+    to the backend. ``signing_key`` signs every pickle the codec writes and
+    refuses unsigned ones; ``codec="msgpack"`` refuses values that are not
+    plain data. ``concurrency`` caps the runs of each workflow queue that
+    execute at once (default 8 per queue; 0 runs none of them in this
+    process, for one that only starts runs). ``clock`` is the source of all
+    time (a `durable.store.clock.MockClock` in tests).
+
+    Every default service (`durable.decorators.services`) is added when the
+    engine is built; `add_service` adds more.
+    """
+
+    def __init__(
+        self,
+        url: str | os.PathLike[str] | ObjectStore | None = None,
+        *,
+        storage_options: Mapping[str, Any] | None = None,
+        signing_key: bytes | str | None = None,
+        codec: Literal["auto", "msgpack"] = "auto",
+        concurrency: Mapping[str, int] | None = None,
+        clock: Clock | None = None,
+    ) -> None:
+        if codec not in ("auto", "msgpack"):
+            raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
+        if clock is not None and not isinstance(clock, Clock):
+            raise InvalidArgument(f"clock must provide now_ms() and sleep(), got {clock!r}")
+        self._url = url if url is not None else DEFAULT_STORE
+        self._storage_options = storage_options
+        self._concurrency = _check_concurrency(concurrency)
+        #: How arguments, results, errors and signals are encoded.
+        self.codec = Codec(signing_key=signing_key, mode=codec)
+        #: The source of every timestamp, timeout and durable timer.
+        self.clock: Clock = clock if clock is not None else SystemClock()
+        self._services: list[EngineService] = []
+        self._started: list[EngineService] = []
+        self._queue: Queue | None = None
+        self._workflows: WorkflowQueues | None = None
+        self._token: Token[Engine | None] | None = None
+        for factory in default_services():  # e.g. the @job runner
+            self.add_service(factory())
+
+    # -------------------------------------------------------------- parts
+
+    @property
+    def running(self) -> bool:
+        """True between ``__aenter__`` and ``__aexit__``."""
+        return self._queue is not None
+
+    @property
+    def queue(self) -> Queue:
+        """The store's `Queue` (`NoEngine` before the engine is entered)."""
+        if self._queue is None:
+            raise NoEngine("Engine.queue")
+        return self._queue
+
+    @property
+    def workflows(self) -> WorkflowQueues:
+        """The workflow runtimes, one per workflow queue."""
+        if self._workflows is None:
+            raise NoEngine("Engine.workflows")
+        return self._workflows
+
+    def add_service(self, service: EngineService) -> None:
+        """Run ``service`` with this engine: started on enter after the store
+        opens (in registration order), stopped on exit before it closes (in
+        reverse order). One added while the engine runs starts at the next
+        `start_services`."""
+        if not callable(getattr(service, "start", None)) or not callable(
+            getattr(service, "stop", None)
+        ):
+            raise InvalidArgument(
+                f"a service needs `async def start(self, engine)` and `async def stop(self)`, "
+                f"got {service!r}"
+            )
+        self._services.append(service)
+
+    async def start_services(self) -> None:
+        """Start the services added since the engine started (idempotent)."""
+        for service in self._services:
+            if service not in self._started:
+                await service.start(self)
+                self._started.append(service)
+
+    # ---------------------------------------------------------------- runs
+
+    def handle(self, run_id: str) -> WorkflowHandle[Any]:
+        """A handle on run ``run_id`` (started by this process or another)."""
+        from durable.decorators.handles import WorkflowHandle
+
+        return WorkflowHandle(self, run_id)
+
+    async def signal(self, key: str, value: object = None) -> SignalOutcome:
+        """Send ``value`` (through the codec) to the run waiting in
+        ``durable.wait_for_signal(key)``, or buffer it for the next one;
+        durable when this returns."""
+        payload = self.codec.dumps(value, what=f"the signal for {key!r}")
+        return await self.workflows.default.signal(key, payload)
+
+    # ----------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Engine:
+        if self._queue is not None:
+            raise InvalidArgument("this Engine is already running; enter it once")
+        queue = await Queue.open(
+            self._url, OpenOptions(clock=self.clock), storage_options=self._storage_options
+        )
+        self._queue = queue
+        self._token = set_engine(self)
+        try:
+            self._workflows = WorkflowQueues(self, self._concurrency)
+            self._workflows.start()
+            await self.start_services()
+        except BaseException:
+            await self._close()
+            raise
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._close()
+
+    async def _close(self) -> None:
+        # Workflows first: a step in flight may wait on a service (a job).
+        if self._workflows is not None:
+            await self._workflows.shutdown()
+            self._workflows = None
+        errors: list[BaseException] = []
+        for service in reversed(self._started):
+            try:
+                await service.stop()
+            except Exception as e:  # the others still stop
+                log.error("service failed to stop", service=repr(service), error=str(e))
+                errors.append(e)
+        self._started.clear()
+        if self._queue is not None:
+            await self._queue.close()
+            self._queue = None
+        if self._token is not None:
+            reset_engine(self._token)
+            self._token = None
+        if errors:
+            raise errors[0]
+
+    def __repr__(self) -> str:
+        url = self._url if isinstance(self._url, ObjectStore) else os.fspath(self._url)
+        return f"Engine({url!r}, {'running' if self.running else 'stopped'})"

@@ -1,0 +1,73 @@
+"""`WorkflowHandle`: a started workflow run, seen from outside it.
+
+A handle is only a run id bound to a running `Engine`: ``start`` returns
+one, and ``engine.handle(run_id)`` rebuilds one in another process or after
+a restart. Everything it reports is read from the store.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Generic, TypeVar
+
+from durable.decorators.children import cancel_tree
+from durable.decorators.outcome import read_result
+from durable.engine.runs import RunStatus, validate_run_id
+from durable.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from durable.decorators.engine import Engine
+
+__all__ = ["WorkflowHandle"]
+
+R = TypeVar("R")
+
+
+class WorkflowHandle(Generic[R]):
+    """A workflow run: wait for its result, read its status, cancel it."""
+
+    __slots__ = ("_engine", "run_id")
+
+    def __init__(self, engine: Engine, run_id: str) -> None:
+        self._engine = engine
+        #: The run's id.
+        self.run_id = validate_run_id(run_id)
+
+    async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109
+        """Wait for the run to end (at most ``timeout`` seconds of the engine's
+        clock: `TimeoutError` after); its return value.
+
+        Raises what the workflow raised (its own type when the exception
+        can be rebuilt, else `WorkflowFailed` with its type and message), or
+        `RunCancelled`.
+        """
+        engine = self._engine
+        runtime = engine.workflows.default
+        end = await runtime.wait_timeout(self.run_id, timeout)
+        if end is None:
+            raise InvalidArgument(
+                f"run {self.run_id!r} is unknown to this store: start it first, or check the id"
+            )
+        result = await read_result(engine.codec, runtime, end, self.run_id)
+        value: R = result.value(engine.codec)
+        return value
+
+    async def status(self) -> RunStatus | None:
+        """Where the run is (`durable.engine.RunStatus`); None if unknown."""
+        return self._engine.workflows.default.status(self.run_id)
+
+    async def cancel(self) -> bool:
+        """Cancel the run and its child runs; False if it was unknown or had
+        already terminated. Durable when this returns; a delivery in flight
+        is cancelled at once and the run ends as cancelled."""
+        return await cancel_tree(self._engine, self.run_id)
+
+    def __repr__(self) -> str:
+        return f"WorkflowHandle({self.run_id!r})"
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, WorkflowHandle):
+            return NotImplemented
+        return self.run_id == other.run_id and self._engine is other._engine
+
+    def __hash__(self) -> int:
+        return hash(self.run_id)

@@ -1,0 +1,88 @@
+"""The invocation of a workflow run: its name and arguments, as stored.
+
+Every delivery of a workflow run carries the same payload, the encoded
+`Invocation`: a MessagePack map ``{"v": 1, "name": ..., "args": [...],
+"kwargs": {...}}`` where each argument is encoded on its own by the
+engine's codec (so an error names the argument). The workflow's name is
+its durable identity: the process that runs the run finds the function by
+it (`durable.decorators.registry`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from durable.decorators.codec import Codec
+from durable.errors import CodecError
+
+__all__ = ["INVOCATION_VERSION", "Invocation", "decode_invocation", "encode_invocation"]
+
+#: The format version of an encoded invocation.
+INVOCATION_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class Invocation:
+    """A workflow's name and its arguments, each still encoded by the codec."""
+
+    name: str
+    args: tuple[bytes, ...]
+    kwargs: Mapping[str, bytes]
+
+    def decode_args(self, codec: Codec, run_id: str) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments, decoded."""
+        args = [
+            codec.loads(a, what=f"argument {i} of run {run_id!r} ({self.name})")
+            for i, a in enumerate(self.args)
+        ]
+        kwargs = {
+            k: codec.loads(v, what=f"argument {k!r} of run {run_id!r} ({self.name})")
+            for k, v in self.kwargs.items()
+        }
+        return args, kwargs
+
+
+def encode_invocation(
+    codec: Codec, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> bytes:
+    """The payload of a run of workflow ``name`` called with ``args`` and ``kwargs``."""
+    m = {
+        "v": INVOCATION_VERSION,
+        "name": name,
+        "args": [
+            codec.dumps(a, what=f"argument {i} of workflow {name}") for i, a in enumerate(args)
+        ],
+        "kwargs": {
+            k: codec.dumps(v, what=f"argument {k!r} of workflow {name}") for k, v in kwargs.items()
+        },
+    }
+    packed: bytes = msgpack.packb(m, use_bin_type=True)
+    return packed
+
+
+def decode_invocation(payload: bytes, run_id: str) -> Invocation:
+    """`encode_invocation` reversed; `CodecError` naming the run if it does not decode."""
+    try:
+        m = msgpack.unpackb(payload, raw=False)
+        if not isinstance(m, dict):
+            raise ValueError(f"a {type(m).__name__}, not a map")
+        version = m.get("v")
+        if not isinstance(version, int) or version > INVOCATION_VERSION:
+            raise ValueError(f"format version {version!r}; this durable reads {INVOCATION_VERSION}")
+        name, args, kwargs = m["name"], m.get("args", []), m.get("kwargs", {})
+        if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
+            raise ValueError("name, args or kwargs has the wrong type")
+        if not all(isinstance(a, bytes) for a in args) or not all(
+            isinstance(k, str) and isinstance(v, bytes) for k, v in kwargs.items()
+        ):
+            raise ValueError("an argument is not encoded bytes")
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
+        raise CodecError(
+            f"run {run_id!r} does not carry a workflow invocation ({e}); it was not "
+            "started by @workflow, or by a newer durable"
+        ) from None
+    return Invocation(name, tuple(args), kwargs)

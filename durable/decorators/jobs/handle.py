@@ -1,0 +1,97 @@
+"""`JobHandle`: a submitted ``@job`` call, to await, poll or cancel.
+
+``submit`` returns one; ``fn.handle(job_id)`` rebuilds one after a restart
+or in another process. Everything it reports is read from the store.
+`read_job` turns a terminated job into its value or exception; ``map``
+reads its members with it too.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Generic, TypeVar
+
+from durable.decorators.codec import Codec
+from durable.decorators.jobs.calls import refuse_wait
+from durable.decorators.outcome import read_result
+from durable.engine.jobs.codec import decode_output
+from durable.engine.runs import RunEnd, RunStatus
+from durable.engine.runtime import WorkflowRuntime
+from durable.errors import JobNotFound
+
+__all__ = ["JobHandle", "read_job"]
+
+R = TypeVar("R")
+
+
+async def read_job(codec: Codec, runtime: WorkflowRuntime, job_id: str, end: RunEnd) -> Any:
+    """The result of the job that ended with ``end``, or raise its exception
+    (its own type when the codec rebuilds it, else `WorkflowFailed`;
+    `RunCancelled` if it was cancelled)."""
+    result = await read_result(codec, runtime, end, job_id)
+    if result.ok is not None:  # the jobs runtime stores the codec's bytes as MessagePack bytes
+        result = dataclasses.replace(result, ok=decode_output(result.ok, None))
+    return result.value(codec)
+
+
+class JobHandle(Generic[R]):
+    """A submitted job: wait for its result, read its status, cancel it."""
+
+    __slots__ = ("_codec", "_runtime", "job_id", "name", "newly_submitted")
+
+    def __init__(
+        self,
+        codec: Codec,
+        runtime: WorkflowRuntime,
+        job_id: str,
+        name: str,
+        newly_submitted: bool = False,
+    ) -> None:
+        self._codec = codec
+        self._runtime = runtime
+        #: The job's id (its run id; the hex SHA-256 of its idempotency key if it has one).
+        self.job_id = job_id
+        #: The name of the ``@job`` function.
+        self.name = name
+        #: False when the submission was a duplicate of an earlier one (same key).
+        self.newly_submitted = newly_submitted
+
+    async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109
+        """Wait for the job to end (at most ``timeout`` seconds of the engine's
+        clock: `TimeoutError` after); its return value.
+
+        Raises what the function raised (its own type when the exception can
+        be rebuilt, else `WorkflowFailed` with its type and message),
+        `RunCancelled` if the job was cancelled, `JobNotFound` if no such job
+        is stored. Refused inside a workflow (`DecoratorError`).
+        """
+        refuse_wait(f"waiting for job {self.name!r}")
+        end = await self._runtime.wait_timeout(self.job_id, timeout)
+        if end is None:
+            raise JobNotFound(self.job_id)
+        value: R = await read_job(self._codec, self._runtime, self.job_id, end)
+        return value
+
+    async def status(self) -> RunStatus | None:
+        """Where the job is (`durable.engine.RunStatus`); None if unknown."""
+        return self._runtime.status(self.job_id)
+
+    async def cancel(self) -> bool:
+        """Cancel the job; False if it was unknown or had already ended. A job
+        waiting to run ends at once; a running one has its task cancelled
+        and ends as cancelled."""
+        return await self._runtime.cancel(self.job_id)
+
+    def __repr__(self) -> str:
+        return (
+            f"JobHandle({self.name!r}, job_id={self.job_id!r}, "
+            f"newly_submitted={self.newly_submitted})"
+        )
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, JobHandle):
+            return NotImplemented
+        return self.job_id == other.job_id and self._runtime is other._runtime
+
+    def __hash__(self) -> int:
+        return hash(self.job_id)

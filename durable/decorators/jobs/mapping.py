@@ -1,0 +1,82 @@
+"""``map``: one ``@job`` function over many items, as a job group.
+
+The items become the members of one `durable.engine.jobs.JobGroup`, keyed
+``item-{i}`` by position (or by the ``keys`` given), submitted together
+(the group's manifest is durable before any member is). `completed`
+streams ``(index, result)`` pairs as members end; ``map`` gathers them in
+item order.
+
+The group's id is random, unless the submission has an idempotency key:
+then it derives from the job's name and the key, and a second ``map`` with
+that key (after a crash, say) finds the same group: members that
+succeeded are not run again, failed or cancelled ones are, and other items
+raise `GroupMismatch`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from durable.decorators.codec import Codec
+from durable.decorators.jobs.handle import read_job
+from durable.decorators.jobs.kind import FunctionJob
+from durable.engine.jobs import JobGroup, JobRunner
+from durable.engine.runs import RunEnd
+
+__all__ = ["MappedJobs", "group_id_for_key"]
+
+
+def group_id_for_key(name: str, idempotency_key: str) -> str:
+    """The group id of a ``map`` of job ``name`` under ``idempotency_key``."""
+    return hashlib.sha256(f"{name}\n{idempotency_key}".encode()).hexdigest()
+
+
+@dataclass(frozen=True, slots=True)
+class MappedJobs:
+    """A submitted ``map``: its group, and each member key's item index."""
+
+    codec: Codec
+    runner: JobRunner
+    group: JobGroup[bytes]
+    index_of: dict[str, int]
+
+    @classmethod
+    async def submit(
+        cls,
+        codec: Codec,
+        runner: JobRunner,
+        jobs: Sequence[FunctionJob],
+        keys: Sequence[str] | None,
+        group_id: str,
+        options: dict[str, Any],
+    ) -> MappedJobs:
+        """Submit ``jobs`` (keyed by ``keys``, else by position) as group ``group_id``."""
+        keyed = [job.with_member_key(keys[i] if keys else None) for i, job in enumerate(jobs)]
+        group: JobGroup[bytes] = runner.group(group_id, type(jobs[0]))
+        await group.submit(keyed, **options)
+        index_of = {keys[i] if keys else f"item-{i}": i for i in range(len(jobs))}
+        return cls(codec, runner, group, index_of)
+
+    async def completed(self, return_exceptions: bool) -> AsyncIterator[tuple[int, Any]]:
+        """``(index, result)`` of each member as it ends; a failed member raises
+        its exception, or yields it when ``return_exceptions``."""
+        runtime = self.runner.runtime
+        async for member in self.group.run_group.results():
+            end = RunEnd(member.termination, member.outcome)
+            try:
+                value = await read_job(self.codec, runtime, member.run_id, end)
+            except Exception as error:
+                if not return_exceptions:
+                    raise
+                value = error
+            yield self.index_of[member.key], value
+
+    async def gather(self, return_exceptions: bool) -> list[Any]:
+        """Every member's result in item order (see `completed`)."""
+        results: list[Any] = [None] * len(self.index_of)
+        async for index, value in self.completed(return_exceptions):
+            results[index] = value
+        return results

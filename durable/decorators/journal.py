@@ -1,0 +1,255 @@
+"""The journal of a workflow run: what each position of the workflow did.
+
+Every ``@step`` call, durable wait and child run of a workflow takes a
+*position* (0, 1, 2... in call order). Its `Entry` is one KV key of the
+store, under the engine's reserved prefix::
+
+    workflow/journal/{run_id}/{position:010d}
+
+written through the queue's internal KV namespace. Each write is one
+awaited commit, so an entry is durable before the workflow goes past it
+(concurrent runs share flushes by group commit). A delivery loads the
+whole journal with one scan when it starts; a replayed position answers
+from it without running anything.
+
+An entry is a MessagePack map with named fields (``v`` the format version;
+absent fields take their defaults, unknown ones are ignored):
+
+| field | meaning |
+|---|---|
+| ``name`` | the step's name; ``durable.sleep``; ``durable.wait_for_signal``; a child's workflow |
+| ``kind`` | ``step``, ``start`` (an at-most-once step began), ``sleep``, ``signal``, ``child`` |
+| ``ok`` / ``err`` | the encoded result / exception (codec bytes), once there is one |
+| ``time`` | ms: when written; a sleep's wake-up time; a signal wait's deadline |
+| ``key`` | a signal wait's correlation key; a child's run id |
+| ``suspended`` | the step number of the delivery that suspended on this wait |
+| ``ref`` | ``ok``/``err`` are in the run memo (values over `INLINE_MAX`) |
+
+Values larger than `INLINE_MAX` bytes go to the run memo first (one object
+write) and the entry keeps a reference. An entry that cannot be decoded
+raises `CorruptEngineRecord` naming the run and the position.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Any
+
+import msgpack
+
+from durable.engine.memo import Memo
+from durable.engine.runs import RESERVED_KV_PREFIX
+from durable.errors import CorruptEngineRecord
+from durable.store.kv import KvNamespace
+
+__all__ = [
+    "CHILD",
+    "INLINE_MAX",
+    "JOURNAL_VERSION",
+    "SIGNAL",
+    "SLEEP",
+    "START",
+    "STEP",
+    "Entry",
+    "Journal",
+    "decode_entry",
+    "encode_entry",
+    "journal_prefix",
+    "entry_key",
+]
+
+STEP = "step"
+START = "start"
+SLEEP = "sleep"
+SIGNAL = "signal"
+CHILD = "child"
+_KINDS = frozenset({STEP, START, SLEEP, SIGNAL, CHILD})
+
+#: The format version of journal entries.
+JOURNAL_VERSION = 1
+#: Results and errors up to this many bytes stay in the KV entry.
+INLINE_MAX = 64 * 1024
+_PAGE = 1024
+
+
+def journal_prefix(run_id: str) -> bytes:
+    """The KV prefix of every journal entry of run ``run_id``."""
+    return RESERVED_KV_PREFIX + b"journal/" + run_id.encode() + b"/"
+
+
+def entry_key(run_id: str, position: int) -> bytes:
+    """The KV key of the entry at ``position`` of run ``run_id``."""
+    return journal_prefix(run_id) + b"%010d" % position
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """What one position of a run did; see the module docstring."""
+
+    name: str
+    kind: str
+    ok: bytes | None = None
+    err: bytes | None = None
+    time: int = 0
+    key: str | None = None
+    suspended: int | None = None
+    ref: bool = False
+
+    @property
+    def resolved(self) -> bool:
+        """True once the position has a result or an error."""
+        return self.ok is not None or self.err is not None
+
+    def describe(self) -> str:
+        """The call this entry records, for non-determinism errors."""
+        return self.name if self.kind in (STEP, START) else f"{self.kind} {self.name}"
+
+    def replace(self, **changes: Any) -> Entry:
+        """A copy with ``changes``."""
+        return dataclasses.replace(self, **changes)
+
+
+def encode_entry(entry: Entry) -> bytes:
+    """The stored bytes of ``entry``."""
+    m: dict[str, Any] = {"v": JOURNAL_VERSION, "name": entry.name, "kind": entry.kind}
+    if entry.ok is not None:
+        m["ok"] = entry.ok
+    if entry.err is not None:
+        m["err"] = entry.err
+    if entry.time:
+        m["time"] = entry.time
+    if entry.key is not None:
+        m["key"] = entry.key
+    if entry.suspended is not None:
+        m["suspended"] = entry.suspended
+    if entry.ref:
+        m["ref"] = True
+    packed: bytes = msgpack.packb(m, use_bin_type=True)
+    return packed
+
+
+def decode_entry(data: bytes, run_id: str, position: int) -> Entry:
+    """`encode_entry` reversed; `CorruptEngineRecord` naming the run and position."""
+    what = f"journal entry {position} of run {run_id!r}"
+    try:
+        m = msgpack.unpackb(data, raw=False)
+        if not isinstance(m, dict):
+            raise ValueError(f"a {type(m).__name__}, not a map")
+        version = m.get("v", JOURNAL_VERSION)
+        if not isinstance(version, int) or version > JOURNAL_VERSION:
+            raise ValueError(f"format version {version!r}; this durable reads {JOURNAL_VERSION}")
+        entry = Entry(
+            name=m["name"],
+            kind=m["kind"],
+            ok=m.get("ok"),
+            err=m.get("err"),
+            time=m.get("time", 0),
+            key=m.get("key"),
+            suspended=m.get("suspended"),
+            ref=m.get("ref", False),
+        )
+        _check(entry)
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
+        raise CorruptEngineRecord(what, str(e) or type(e).__name__) from None
+    return entry
+
+
+def _check(entry: Entry) -> None:
+    if not isinstance(entry.name, str) or entry.kind not in _KINDS:
+        raise ValueError(f"bad name or kind ({entry.name!r}, {entry.kind!r})")
+    for value in (entry.ok, entry.err):
+        if value is not None and not isinstance(value, bytes):
+            raise ValueError("ok and err must be bytes")
+    if not isinstance(entry.time, int) or isinstance(entry.time, bool):
+        raise ValueError(f"time must be an int, got {entry.time!r}")
+    if entry.key is not None and not isinstance(entry.key, str):
+        raise ValueError(f"key must be a str, got {entry.key!r}")
+    if entry.suspended is not None and not isinstance(entry.suspended, int):
+        raise ValueError(f"suspended must be an int, got {entry.suspended!r}")
+
+
+class Journal:
+    """The journal of one run: its entries by position, and writes."""
+
+    def __init__(self, kv: KvNamespace, memo: Memo, run_id: str, entries: dict[int, Entry]) -> None:
+        self._kv = kv
+        self._memo = memo
+        self.run_id = run_id
+        self._entries = entries
+
+    @classmethod
+    def load(cls, kv: KvNamespace, memo: Memo, run_id: str) -> Journal:
+        """Every entry of run ``run_id``, read from the store's memory state
+        (what every commit so far has written); ``kv`` is the internal view."""
+        prefix = journal_prefix(run_id)
+        entries: dict[int, Entry] = {}
+        start: bytes | None = None
+        while True:
+            page = kv.scan(prefix, start, inclusive=(start is None, False), limit=_PAGE)
+            for key, value in page.entries:
+                tail = key[len(prefix) :]
+                if not tail.isdigit():
+                    raise CorruptEngineRecord(
+                        f"journal of run {run_id!r}", f"unexpected key {key!r}"
+                    )
+                position = int(tail)
+                entries[position] = decode_entry(value, run_id, position)
+            if not page.more:
+                return cls(kv, memo, run_id, entries)
+            start = page.last_key
+
+    def get(self, position: int) -> Entry | None:
+        """The entry at ``position``, or None."""
+        return self._entries.get(position)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def entries(self) -> list[tuple[int, Entry]]:
+        """Every entry, by position."""
+        return sorted(self._entries.items())
+
+    def children(self) -> list[str]:
+        """The run ids of every child run this run started."""
+        return [e.key for _, e in self.entries() if e.kind == CHILD and e.key]
+
+    async def write(self, position: int, entry: Entry) -> Entry:
+        """Journal ``entry`` at ``position``; durable when this returns.
+
+        A result or error over `INLINE_MAX` bytes goes to the run memo
+        first. Returns the entry as stored.
+        """
+        big = (entry.ok is not None and len(entry.ok) > INLINE_MAX) or (
+            entry.err is not None and len(entry.err) > INLINE_MAX
+        )
+        stored = entry
+        if big:
+            await self._memo.put(_memo_key(position), {"ok": entry.ok, "err": entry.err})
+            stored = entry.replace(ok=b"" if entry.ok is not None else None, ref=True)
+            stored = stored.replace(err=b"" if entry.err is not None else None)
+        await self._kv.put(entry_key(self.run_id, position), encode_entry(stored))
+        self._entries[position] = stored
+        return stored
+
+    async def values(self, position: int, entry: Entry) -> tuple[bytes | None, bytes | None]:
+        """``(ok, err)`` of ``entry``, read from the run memo if it was offloaded."""
+        if not entry.ref:
+            return entry.ok, entry.err
+        stored = await self._memo.get(_memo_key(position))
+        if not isinstance(stored, dict):
+            raise CorruptEngineRecord(
+                f"journal entry {position} of run {self.run_id!r}",
+                "its value in the run memo is missing",
+            )
+        ok, err = stored.get("ok"), stored.get("err")
+        if not isinstance(ok, bytes | None) or not isinstance(err, bytes | None):
+            raise CorruptEngineRecord(
+                f"journal entry {position} of run {self.run_id!r}",
+                "its value in the run memo is not bytes",
+            )
+        return ok, err
+
+
+def _memo_key(position: int) -> str:
+    return f"durable.journal/{position}"

@@ -1,0 +1,191 @@
+"""`WorkflowRunner`: one delivery of a workflow run, as a `durable.engine.StepRunner`.
+
+Every delivery of a run carries the run's invocation. The runner decodes
+it, finds the workflow by name (an unknown name fails the run with
+`UnknownWorkflow`, which names the module to import), loads the run's
+journal, journals what ended the wait the run resumes from (the signal
+that woke it, or a child's outcome) and calls the function inside a
+`RunContext`. The function runs until it:
+
+- returns: the run succeeds with the encoded result (`Succeed`);
+- raises: the run fails with the encoded exception (`Fail`; see
+  `durable.decorators.outcome`); a non-determinism fails it even if the
+  workflow caught the error;
+- suspends on a durable wait: the delivery ends with ``Continue`` carrying
+  the same invocation and the wait's trigger (`Suspend`);
+- cannot journal (`Abort`): the delivery fails transiently and the queue
+  redelivers it.
+
+When it ends, the steps and waits still in flight in the delivery are
+cancelled (they run again on replay: at least once), and the child starts
+begun in it complete. Meanwhile the runner keeps the delivery's lease
+alive, and a cancellation of the run cancels the function (and the run's
+children) at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any
+
+from durable._logging import get_logger
+from durable.decorators.children import cancel_children, resolve_child
+from durable.decorators.context import RunContext
+from durable.decorators.invocation import decode_invocation
+from durable.decorators.journal import CHILD, SIGNAL, Journal
+from durable.decorators.outcome import encode_failure
+from durable.decorators.registry import REGISTRY
+from durable.decorators.suspend import Abort, Suspend
+from durable.decorators.waits import resolve_signal
+from durable.engine.delivery import Step
+from durable.engine.outcomes import Cancel, Continue, Fail, StepError, StepOutcome, Succeed
+from durable.errors import CancelRequested, ClaimLost, DurableError, UnknownWorkflow
+
+if TYPE_CHECKING:
+    from durable.decorators.engine import Engine
+
+__all__ = ["LEASE", "WorkflowRunner"]
+
+log = get_logger("durable.decorators")
+
+#: A delivery's lease is kept this many seconds ahead, renewed every third of it.
+LEASE = 60.0
+
+
+class WorkflowRunner:
+    """Runs deliveries of workflow runs; see the module docstring."""
+
+    def __init__(self, engine: Engine, draining: asyncio.Event) -> None:
+        self._engine = engine
+        self._draining = draining
+
+    async def run_step(self, step: Step) -> StepOutcome:
+        """Run one delivery of a workflow run."""
+        engine = self._engine
+        codec = engine.codec
+        try:
+            invocation = decode_invocation(step.payload, step.run_id)
+            definition = REGISTRY.get(invocation.name)
+            if definition is None:
+                raise UnknownWorkflow(step.run_id, invocation.name)
+            args, kwargs = invocation.decode_args(codec, step.run_id)
+            journal = Journal.load(engine.queue.kv.internal(), step.run_memo, step.run_id)
+        except DurableError as e:
+            return Fail(encode_failure(codec, step.run_id, e))
+        run = RunContext(engine, step, journal, self._draining)
+        try:
+            await _resume(run)
+        except Abort as a:
+            raise StepError.transient(a.reason) from a.__cause__
+        return await _Delivery(run, definition.fn, args, kwargs).execute()
+
+
+async def _resume(run: RunContext) -> None:
+    """Journal what ended the wait that the previous delivery suspended on
+    (its entry names that delivery's step), before the workflow replays:
+    the signal that woke this delivery is only known to it."""
+    step = run.delivery
+    for position, entry in run.journal.entries():
+        if entry.suspended != step.step_number - 1 or entry.resolved:
+            continue
+        if entry.kind == SIGNAL:
+            await resolve_signal(run, position, entry, step.signal)
+        elif entry.kind == CHILD and step.signal is not None:
+            await resolve_child(run, position, entry)
+        return
+
+
+class _Delivery:
+    """The function of one delivery, with its lease and cancellation."""
+
+    def __init__(self, run: RunContext, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+        self.ctx = run
+        self.fn = fn
+        self.args = args
+        self.kwargs = kwargs
+
+    async def execute(self) -> StepOutcome:
+        run = self.ctx
+        step = run.delivery
+        main = asyncio.create_task(
+            self.fn(*self.args, **self.kwargs), context=run.context(), name=f"workflow {run.run_id}"
+        )
+        lease = asyncio.create_task(_keep_lease(run), name=f"lease {run.run_id}")
+        cancel = asyncio.create_task(step.cancel_token.wait(), name=f"cancel {run.run_id}")
+        helpers = (lease, cancel)
+        try:
+            await asyncio.wait({main, *helpers}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:  # the worker itself is cancelled: stop everything
+            await _cancel(main, *helpers, *run.inflight)
+            raise
+        await _cancel(*helpers)
+        if not main.done():
+            await _cancel(main)
+            await self.settle()
+            if step.cancel_token.is_cancelled():
+                await cancel_children(run.engine, run.run_id)
+                return Cancel("cancelled")
+            raise StepError.transient(f"run {run.run_id!r}: the delivery's lease was lost")
+        await self.settle()
+        return await self.outcome(main)
+
+    async def settle(self) -> None:
+        """Cancel the steps and waits still in flight; finish the child starts."""
+        run = self.ctx
+        await _cancel(*run.inflight)
+        while run.starts:
+            await asyncio.gather(*run.starts, return_exceptions=True)
+
+    async def outcome(self, main: asyncio.Task[Any]) -> StepOutcome:
+        run = self.ctx
+        codec = run.codec
+        try:
+            result = main.result()
+        except Suspend as s:
+            if run.nondeterminism is not None:
+                return Fail(encode_failure(codec, run.run_id, run.nondeterminism))
+            if s.position is not None and s.entry is not None:
+                try:
+                    await run.journal.write(s.position, s.entry)
+                except Exception as e:
+                    raise StepError.transient(
+                        f"run {run.run_id!r}: journal write failed: {e}"
+                    ) from e
+            return Continue(run.delivery.payload, s.trigger)
+        except Abort as a:
+            raise StepError.transient(a.reason) from a.__cause__
+        except (Exception, asyncio.CancelledError) as e:
+            error: BaseException = run.nondeterminism or e
+            return Fail(encode_failure(codec, run.run_id, error))
+        if run.nondeterminism is not None:
+            return Fail(encode_failure(codec, run.run_id, run.nondeterminism))
+        try:
+            data = codec.dumps(result, what=f"the result of run {run.run_id!r}")
+        except Exception as e:
+            return Fail(encode_failure(codec, run.run_id, e))
+        return Succeed(data)
+
+
+async def _cancel(*tasks: asyncio.Task[Any]) -> None:
+    """Cancel ``tasks`` and wait until they have stopped."""
+    current = asyncio.current_task()
+    pending = [t for t in tasks if t is not current and not t.done()]
+    for t in pending:
+        t.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _keep_lease(run: RunContext) -> None:
+    """Keep the delivery's lease `LEASE` seconds ahead; returns when it is lost
+    (and at once when the run was asked to cancel)."""
+    lease = run.delivery.lease
+    while True:
+        try:
+            lease.ensure_at_least(LEASE)
+        except CancelRequested:
+            await run.delivery.cancel_token.wait()
+            return
+        except ClaimLost:
+            log.warning("workflow delivery lost its lease", run_id=run.run_id)
+            return
+        await run.clock.sleep(LEASE / 3)

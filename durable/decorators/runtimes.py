@@ -1,0 +1,108 @@
+"""`WorkflowQueues`: the engine's workflow runtimes, one per workflow queue.
+
+Every ``@workflow`` names a queue (``"workflows"`` unless ``queue=`` says
+otherwise); the runs of a workflow are runs of the `WorkflowRuntime` on
+that queue, and the engine's ``concurrency`` caps how many of its
+deliveries execute at once (8 by default; 0 runs none in this process, for
+a process that only starts runs and waits for them). Runtimes of every
+queue known when the engine starts are spawned then; a queue first met
+later (a workflow decorated after the engine started) is spawned when its
+first run starts.
+
+All runtimes share one memo prefix, so any of them reads the outcome of any
+run (`WorkflowQueues.default`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from durable.decorators.children import ChildNotifier
+from durable.decorators.registry import DEFAULT_QUEUE, REGISTRY
+from durable.decorators.runner import WorkflowRunner
+from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
+
+if TYPE_CHECKING:
+    from durable.decorators.engine import Engine
+
+__all__ = ["DEFAULT_CONCURRENCY", "MEMO_PREFIX", "WorkflowQueues"]
+
+#: Deliveries of one workflow queue that run at once, unless configured.
+DEFAULT_CONCURRENCY = 8
+#: The memo prefix of every workflow runtime of an engine.
+MEMO_PREFIX = "workflows-memo"
+
+
+class WorkflowQueues:
+    """The workflow runtimes of one running `Engine`, by queue name."""
+
+    def __init__(self, engine: Engine, concurrency: Mapping[str, int]) -> None:
+        self._engine = engine
+        self._limits = dict(concurrency)
+        self._runtimes: dict[str, WorkflowRuntime] = {}
+        self._workers: dict[str, WorkerHandle] = {}
+        #: Set on shutdown: running workflows suspend before their next new step.
+        self.draining = asyncio.Event()
+        self.runner = WorkflowRunner(engine, self.draining)
+        self.hook = ChildNotifier(engine)
+
+    def start(self) -> None:
+        """Spawn the runtime of every queue a registered workflow names, and of
+        every queue given a concurrency limit."""
+        for queue in sorted({DEFAULT_QUEUE, *REGISTRY.queues(), *self._limits}):
+            self.runtime_for(queue)
+
+    @property
+    def default(self) -> WorkflowRuntime:
+        """The runtime of the default queue (any runtime reads any run)."""
+        return self.runtime_for(DEFAULT_QUEUE)
+
+    def runtime_for(self, queue: str, *, spawn: bool = True) -> WorkflowRuntime:
+        """The runtime of workflow queue ``queue``; its worker runs in this
+        process when ``spawn`` and its concurrency is not 0."""
+        runtime = self._runtimes.get(queue)
+        if runtime is None:
+            limit = self._limits.get(queue, DEFAULT_CONCURRENCY)
+            runtime = WorkflowRuntime(
+                self._engine.queue,
+                self.runner,
+                self.hook,
+                RuntimeOptions(
+                    queue_name=queue,
+                    memo_prefix=MEMO_PREFIX,
+                    max_concurrent_steps=max(limit, 1),
+                    clock=self._engine.clock,
+                ),
+            )
+            self._runtimes[queue] = runtime
+        runs_here = self._limits.get(queue) != 0 and not self.draining.is_set()
+        if spawn and runs_here and queue not in self._workers:
+            self._workers[queue] = runtime.spawn()
+        return runtime
+
+    def runtime_of(self, run_id: str) -> WorkflowRuntime:
+        """The runtime of the queue run ``run_id``'s current step is on (the
+        default one for a terminated or unknown run)."""
+        default = self.default
+        pointer = default.view.pointer(run_id)
+        if pointer is not None:
+            job = self._engine.queue.job_record(pointer.job_id)
+            if job is not None:
+                return self.runtime_for(job.queue, spawn=False)
+        return default
+
+    async def abort(self) -> None:
+        """Stop every worker at once, as a crash would: deliveries in flight
+        keep their claims (requeued when the store is next opened)."""
+        self.draining.set()
+        workers, self._workers = list(self._workers.values()), {}
+        await asyncio.gather(*(w.abort() for w in workers))
+
+    async def shutdown(self) -> None:
+        """Let running workflows suspend at their next new step, then stop
+        every worker once its deliveries have settled."""
+        self.draining.set()
+        workers, self._workers = list(self._workers.values()), {}
+        await asyncio.gather(*(w.shutdown() for w in workers))

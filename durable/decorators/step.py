@@ -1,0 +1,175 @@
+"""``@step``: a journaled call inside a workflow.
+
+Inside a running ``@workflow``, calling a step takes the next journal
+position at once (before the first ``await``, so ``asyncio.gather(a(),
+b())`` numbers ``a`` before ``b``) and returns an awaitable that:
+
+- at a position the journal already holds (a replay), returns the recorded
+  result, or raises the recorded exception, without running the step; a
+  different step recorded there raises `NonDeterminismError`;
+- otherwise runs the step per its `RetryPolicy` and journals the final
+  result or exception (durable) before the workflow goes on.
+
+A step's result comes back as the codec decodes it, on the first run as on
+a replay, so both see the same value. With ``at_most_once=True`` the step
+journals its start first; a replay that finds a start without a result
+(a crash while the step ran) raises `StepMaybeExecutedError` instead of
+running it again.
+
+Outside a workflow, and inside another step's body, a step is a plain call
+of its function: no journal, no retries, no timeout.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Coroutine
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from durable.decorators.attempts import RetryPolicy, run_attempts
+from durable.decorators.backoff import Backoff
+from durable.decorators.context import RunContext, active_run, in_step
+from durable.decorators.journal import START, STEP, Entry
+from durable.decorators.registry import check_async, default_name
+from durable.decorators.suspend import Suspend
+from durable.engine.outcomes import Immediate
+from durable.errors import DecoratorError, StepMaybeExecutedError
+
+__all__ = ["StepFunction", "step"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+_KINDS = frozenset({STEP, START})
+
+
+class StepFunction(Generic[P, R]):
+    """A ``@step`` function; call it like the function it wraps."""
+
+    def __init__(
+        self,
+        fn: Callable[P, Coroutine[Any, Any, R]],
+        *,
+        name: str,
+        policy: RetryPolicy,
+        at_most_once: bool,
+    ) -> None:
+        self.fn = fn
+        #: The name journaled with each call (default ``module.qualname``).
+        self.name = name
+        #: Attempts, backoff, retried errors and timeout.
+        self.policy = policy
+        #: Journal the start first; never run twice (`StepMaybeExecutedError`).
+        self.at_most_once = at_most_once
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        run = active_run()
+        if run is None:
+            return self.fn(*args, **kwargs)
+        position = run.next_position()
+        return self._journaled(run, position, lambda: self.fn(*args, **kwargs))
+
+    def __repr__(self) -> str:
+        return f"<step {self.name}>"
+
+    async def _journaled(
+        self, run: RunContext, position: int, call: Callable[[], Coroutine[Any, Any, R]]
+    ) -> R:
+        task = run.track()
+        try:
+            entry = run.entry_at(position, _KINDS, self.name, self.name)
+            if entry is not None:
+                if entry.resolved:
+                    result: R = await run.replay(position, entry)
+                    return result
+                raise StepMaybeExecutedError(run.run_id, position, self.name)
+            if run.draining.is_set():  # the engine stops: go on in the next process
+                raise Suspend(Immediate())
+            return await self._execute(run, position, call)
+        finally:
+            run.untrack(task)
+
+    async def _execute(
+        self, run: RunContext, position: int, call: Callable[[], Coroutine[Any, Any, R]]
+    ) -> R:
+        codec, clock = run.codec, run.clock
+        what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
+        if self.at_most_once:
+            await run.record(position, Entry(self.name, START, time=clock.now_ms()))
+        try:
+            with in_step(self.name):
+                result = await run_attempts(self.policy, clock, call, what)
+            ok = codec.dumps(result, what=f"the result of {what}")
+        except Exception as error:
+            err = codec.dumps_error(error, what=f"the exception of {what}")
+            await run.record(position, Entry(self.name, STEP, err=err, time=clock.now_ms()))
+            raise
+        await run.record(position, Entry(self.name, STEP, ok=ok, time=clock.now_ms()))
+        value: R = codec.loads(ok, what=f"the result of {what}")
+        return value
+
+
+@overload
+def step(fn: Callable[P, Coroutine[Any, Any, R]], /) -> StepFunction[P, R]: ...
+
+
+@overload
+def step(
+    *,
+    name: str | None = None,
+    max_attempts: int = 1,
+    backoff: Backoff | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
+    timeout: float | None = None,
+    at_most_once: bool = False,
+) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], StepFunction[P, R]]: ...
+
+
+def step(
+    fn: Callable[P, Coroutine[Any, Any, R]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    max_attempts: int = 1,
+    backoff: Backoff | None = None,
+    retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
+    timeout: float | None = None,
+    at_most_once: bool = False,
+) -> StepFunction[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], StepFunction[P, R]]:
+    """Make an async function a journaled step of the workflows that call it.
+
+    Bare (``@step``) or with options: ``name`` (journaled with each call;
+    default ``module.qualname``), ``max_attempts`` (default 1: no retry),
+    ``backoff`` between attempts (`Backoff`), ``retry_on`` (the exceptions
+    worth another attempt; others end the step at once), ``timeout``
+    (seconds per attempt; `TimeoutError` after it) and ``at_most_once``
+    (never run twice, even across a crash; not with ``max_attempts > 1``).
+    Misuse raises `DecoratorError` here, at decoration time.
+    """
+    if fn is not None and not callable(fn) and isinstance(fn, str):
+        raise DecoratorError(f"write @step(name={fn!r}), not @step({fn!r})")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise DecoratorError(f"a step name must be a non-empty str, got {name!r}")
+    if not isinstance(at_most_once, bool):
+        raise DecoratorError(f"at_most_once must be True or False, got {at_most_once!r}")
+    policy = RetryPolicy(
+        max_attempts=max_attempts,
+        backoff=backoff if backoff is not None else Backoff(),
+        retry_on=retry_on if isinstance(retry_on, tuple) else (retry_on,),
+        timeout=timeout,
+    )
+    if at_most_once and policy.max_attempts > 1:
+        raise DecoratorError(
+            "an at_most_once step runs at most once: drop max_attempts (or at_most_once)"
+        )
+
+    def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> StepFunction[P, R]:
+        check_async(f, "@step")
+        return StepFunction(
+            f, name=name or default_name(f), policy=policy, at_most_once=at_most_once
+        )
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

@@ -1,0 +1,60 @@
+"""Submitting workflow runs (`submit_run`).
+
+A run is submitted to the runtime of its workflow's queue with the encoded
+invocation as its payload (`durable.decorators.invocation`). A run id
+names one run: starting an id that is running, or that has terminated,
+with the same arguments returns that run (nothing runs again); with other
+arguments it raises `InputMismatch`.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+from durable.engine.records import input_digest
+from durable.engine.runs import RunOptions, RunSpec, validate_run_id
+from durable.errors import InputMismatch
+
+if TYPE_CHECKING:
+    from durable.decorators.engine import Engine
+    from durable.decorators.registry import WorkflowDefinition
+
+__all__ = ["DELIVERY_ATTEMPTS", "submit_run"]
+
+#: Claims one delivery of a workflow run may take (a crash mid-delivery
+#: counts as one) before the run fails.
+DELIVERY_ATTEMPTS = 25
+
+
+async def submit_run(
+    engine: Engine,
+    definition: WorkflowDefinition,
+    payload: bytes,
+    *,
+    run_id: str | None = None,
+    priority: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    run_at: int | _dt.datetime | None = None,
+) -> str:
+    """Submit a run of ``definition`` with the encoded invocation ``payload``;
+    its run id (see the module docstring for a known id)."""
+    runtime = engine.workflows.runtime_for(definition.queue)
+    options = RunOptions(
+        headers=dict(headers or {}),
+        priority=priority,
+        max_attempts_per_step=DELIVERY_ATTEMPTS,
+        run_at=run_at,
+    )
+    if run_id is not None:
+        validate_run_id(run_id)
+        view = runtime.view
+        terminal = view.terminal_record(run_id) if view.run_record(run_id) is None else None
+        if terminal is not None:
+            digest = terminal.input_sha256
+            if digest is not None and digest != input_digest(payload):
+                raise InputMismatch(run_id)
+            return run_id
+    outcome = await runtime.submit(RunSpec(payload, run_id=run_id, options=options))
+    return outcome.run_id

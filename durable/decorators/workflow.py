@@ -1,0 +1,189 @@
+"""``@workflow``: an async function whose runs are durable.
+
+A workflow is identified by its name (`durable.decorators.registry`) and
+runs on its queue (``"workflows"`` unless ``queue=`` names another, with
+its own concurrency limit on the `Engine`). Its runs:
+
+- ``await wf.start(*args, **kwargs)`` starts one and returns its
+  `WorkflowHandle` (durable when it returns);
+- ``await wf.options(run_id=..., priority=..., headers=..., run_at=...)
+  .start(...)`` starts one with options;
+- ``await wf(*args, **kwargs)`` outside a workflow starts one and waits for
+  its result; inside a workflow it runs a *child* workflow
+  (`durable.decorators.children`).
+
+The function's code must be deterministic in the order it calls steps,
+waits and child workflows: a run re-executes it after every wait and every
+crash, and the journal answers the calls it already made.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import functools
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, Generic, ParamSpec, TypeVar, overload
+
+from durable.decorators.children import call_child
+from durable.decorators.context import active_run
+from durable.decorators.current import current_engine
+from durable.decorators.handles import WorkflowHandle
+from durable.decorators.invocation import encode_invocation
+from durable.decorators.registry import (
+    DEFAULT_QUEUE,
+    REGISTRY,
+    WorkflowDefinition,
+    check_async,
+    default_name,
+)
+from durable.decorators.submit import submit_run
+from durable.engine.runs import RunOptions, validate_run_id
+from durable.errors import DecoratorError
+from durable.store.queue.options import validate_queue_name
+
+__all__ = ["Workflow", "WorkflowStarter", "workflow"]
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class WorkflowStarter(Generic[P, R]):
+    """Starts runs of one workflow with fixed options (``workflow.options(...)``)."""
+
+    def __init__(
+        self,
+        definition: WorkflowDefinition,
+        *,
+        run_id: str | None = None,
+        priority: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        run_at: int | _dt.datetime | None = None,
+    ) -> None:
+        if run_id is not None:
+            validate_run_id(run_id)
+        # Checked now, not when the run starts.
+        RunOptions(headers=dict(headers or {}), priority=priority, run_at=run_at)
+        self.definition = definition
+        self.run_id = run_id
+        self.priority = priority
+        self.headers = dict(headers or {})
+        self.run_at = run_at
+
+    async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:
+        """Start a run with these arguments; its handle (durable when this returns)."""
+        engine = current_engine(f"starting workflow {self.definition.name!r}")
+        payload = encode_invocation(engine.codec, self.definition.name, args, kwargs)
+        run_id = await submit_run(
+            engine,
+            self.definition,
+            payload,
+            run_id=self.run_id,
+            priority=self.priority,
+            headers=self.headers,
+            run_at=self.run_at,
+        )
+        return WorkflowHandle(engine, run_id)
+
+    def __repr__(self) -> str:
+        return f"<starter of workflow {self.definition.name} run_id={self.run_id!r}>"
+
+
+class Workflow(Generic[P, R]):
+    """A ``@workflow`` function; see the module docstring."""
+
+    def __init__(self, fn: Callable[P, Coroutine[Any, Any, R]], *, name: str, queue: str) -> None:
+        self.fn = fn
+        #: Name, function and queue, as registered.
+        self.definition = WorkflowDefinition(name, fn, queue)
+        functools.update_wrapper(self, fn)
+
+    @property
+    def name(self) -> str:
+        """The durable name of the workflow."""
+        return self.definition.name
+
+    @property
+    def queue(self) -> str:
+        """The queue its runs execute on."""
+        return self.definition.queue
+
+    def options(
+        self,
+        *,
+        run_id: str | None = None,
+        priority: int | None = None,
+        headers: Mapping[str, str] | None = None,
+        run_at: int | _dt.datetime | None = None,
+    ) -> WorkflowStarter[P, R]:
+        """A starter with options: ``run_id`` (one run per id: starting it again
+        returns that run), ``priority`` (lower runs first), ``headers``
+        (str -> str, reported with the outcome), ``run_at`` (not before:
+        epoch ms or an aware datetime)."""
+        return WorkflowStarter(
+            self.definition, run_id=run_id, priority=priority, headers=headers, run_at=run_at
+        )
+
+    async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:
+        """Start a run; its handle (durable when this returns)."""
+        return await self.options().start(*args, **kwargs)
+
+    def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        run = active_run()
+        if run is not None:
+            child: Coroutine[Any, Any, R] = call_child(run, self.definition, args, kwargs)
+            return child
+        return self._start_and_wait(*args, **kwargs)
+
+    async def _start_and_wait(self, *args: P.args, **kwargs: P.kwargs) -> R:
+        handle = await self.start(*args, **kwargs)
+        return await handle.result()
+
+    def __repr__(self) -> str:
+        return f"<workflow {self.name} on queue {self.queue!r}>"
+
+
+@overload
+def workflow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Workflow[P, R]: ...
+
+
+@overload
+def workflow(
+    *, name: str | None = None, queue: str | None = None
+) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
+
+
+def workflow(
+    fn: Callable[P, Coroutine[Any, Any, R]] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
+    """Make an async function a durable workflow.
+
+    Bare (``@workflow``) or with options: ``name`` pins the durable name
+    (default ``module.qualname``; keep it when you move or rename the
+    function, or runs in flight cannot find it), ``queue`` runs it on a
+    queue of its own (with its own concurrency limit on the `Engine`).
+    A non-async function, or a name another workflow has, raises
+    `DecoratorError` here, at decoration time.
+    """
+    if isinstance(fn, str):
+        raise DecoratorError(f"write @workflow(name={fn!r}), not @workflow({fn!r})")
+    if name is not None and (not isinstance(name, str) or not name):
+        raise DecoratorError(f"a workflow name must be a non-empty str, got {name!r}")
+    if queue is not None:
+        try:
+            validate_queue_name(queue)
+        except ValueError as e:
+            raise DecoratorError(f"@workflow(queue=...): {e}") from None
+
+    def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> Workflow[P, R]:
+        check_async(f, "@workflow")
+        wf = Workflow(f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE)
+        REGISTRY.register(wf.definition)
+        return wf
+
+    if fn is not None:
+        return decorate(fn)
+    return decorate

@@ -1,0 +1,231 @@
+"""Durable waits (issue point 5): sleep and wait_for_signal hold no worker,
+run on the engine's clock and replay what ended them; run_id()."""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+from collections import Counter
+from typing import Any
+
+import pytest
+from decorator_helpers import Factory, make_engine, result, wait_parked
+
+import durable
+from durable.decorators.journal import SIGNAL, SLEEP
+from durable.engine import SignalOutcome
+from durable.errors import NotInWorkflow
+from durable.store.clock import MockClock
+
+calls: Counter[str] = Counter()
+seen: dict[str, Any] = {}
+
+
+@pytest.fixture(autouse=True)
+def _fresh() -> None:
+    calls.clear()
+    seen.clear()
+
+
+@durable.step
+async def note(name: str) -> str:
+    calls[name] += 1
+    return name
+
+
+@durable.workflow
+async def napper(seconds: float) -> str:
+    await note("before")
+    await durable.sleep(seconds)
+    await note("after")
+    return "rested"
+
+
+@durable.workflow
+async def quick() -> str:
+    return await note("quick")
+
+
+@durable.workflow
+async def timedelta_nap() -> int:
+    await durable.sleep(dt.timedelta(minutes=2))
+    return durable.decorators.context.run_id().count("-")
+
+
+@durable.workflow
+async def approval(key: str, limit: float) -> Any:
+    await note("asked")
+    answer = await durable.wait_for_signal(key, timeout=limit)
+    await durable.sleep(10)  # a later delivery must replay the answer, not re-read it
+    return answer
+
+
+@durable.step
+async def whoami() -> str:
+    return durable.run_id()
+
+
+@durable.workflow
+async def identity() -> list[str]:
+    return [durable.run_id(), await whoami()]
+
+
+@durable.step
+async def sleeps_inside() -> None:
+    await durable.sleep(1)
+
+
+@durable.workflow
+async def misuse() -> str:
+    try:
+        await sleeps_inside()
+    except NotInWorkflow as e:
+        return str(e)
+    return "no error"
+
+
+async def test_a_sleeping_run_holds_no_worker(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock, concurrency={"workflows": 1}) as engine:
+        sleeper = await napper.start(3600)
+        await wait_parked(engine, sleeper.run_id)
+        # The only worker is free: another run completes meanwhile.
+        assert await result(await quick.start()) == "quick"
+        clock.advance(3599)
+        assert engine.queue.promote_scheduled_now() == 0  # not due yet
+        clock.advance(1)
+        assert await result(sleeper) == "rested"
+    assert calls == {"before": 1, "after": 1, "quick": 1}
+
+
+async def test_a_sleep_survives_a_restart(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await napper.start(60)
+        await wait_parked(engine, handle.run_id)
+    clock.advance(60)
+    async with make_engine(make_objects, clock) as engine:
+        assert engine.queue.promote_scheduled_now() == 1  # (the scheduler ticks each second)
+        assert await result(engine.handle(handle.run_id)) == "rested"
+    assert calls == {"before": 1, "after": 1}
+
+
+async def test_sleep_takes_a_timedelta(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await timedelta_nap.options(run_id="nap-1").start()
+        await wait_parked(engine, handle.run_id)
+        clock.advance(119)
+        assert engine.queue.promote_scheduled_now() == 0
+        clock.advance(1)
+        assert await result(handle) == 1
+
+
+async def test_a_signal_wakes_the_waiting_run_and_is_replayed(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await approval.start("approve:1", 3600)
+        await wait_parked(engine, handle.run_id)
+        outcome = await engine.signal("approve:1", {"by": "ana", "ok": True})
+        assert outcome is SignalOutcome.DELIVERED
+        await wait_parked(engine, handle.run_id, step=2)  # now in the sleep
+        clock.advance(10)
+        assert await result(handle) == {"by": "ana", "ok": True}
+    assert calls == {"asked": 1}
+
+
+async def test_a_wait_times_out_with_none(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await approval.start("approve:2", 300)
+        await wait_parked(engine, handle.run_id)
+        clock.advance(299)
+        assert engine.queue.promote_scheduled_now() == 0
+        clock.advance(1)
+        await wait_parked(engine, handle.run_id, step=2)
+        clock.advance(10)
+        assert await result(handle) is None
+        kinds = [
+            e.kind
+            for _, e in durable.decorators.journal.Journal.load(
+                engine.queue.kv.internal(),
+                engine.workflows.default.memos.run_memo(handle.run_id),
+                handle.run_id,
+            ).entries()
+        ]
+    assert kinds == ["step", SIGNAL, SLEEP]
+
+
+async def test_a_signal_sent_before_the_wait_is_buffered_for_it(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        assert await engine.signal("approve:3", "early") is SignalOutcome.BUFFERED
+        handle = await approval.start("approve:3", 3600)
+        await wait_parked(engine, handle.run_id, step=2)  # took it at once: sleeping
+        clock.advance(10)
+        assert await result(handle) == "early"
+
+
+async def test_a_wait_survives_a_restart(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await approval.start("approve:4", 3600)
+        await wait_parked(engine, handle.run_id)
+    async with make_engine(make_objects, clock) as engine:
+        assert await engine.signal("approve:4", 42) is SignalOutcome.DELIVERED
+        await wait_parked(engine, handle.run_id, step=2)
+        clock.advance(10)
+        assert await result(engine.handle(handle.run_id)) == 42
+    assert calls == {"asked": 1}
+
+
+async def test_run_id_inside_a_workflow_and_its_steps(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock):
+        handle = await identity.options(run_id="who-1").start()
+        assert await result(handle) == ["who-1", "who-1"]
+
+
+async def test_waits_are_refused_outside_a_workflow_and_inside_steps(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    with pytest.raises(NotInWorkflow, match=r"durable\.sleep\(\)"):
+        durable.sleep(1)
+    with pytest.raises(NotInWorkflow, match=r"wait_for_signal"):
+        durable.wait_for_signal("k", 1)
+    with pytest.raises(NotInWorkflow, match=r"run_id"):
+        durable.run_id()
+    async with make_engine(make_objects, clock):
+        message = await result(await misuse.start())
+    assert "inside the body of step" in message
+
+
+async def test_wait_arguments_are_checked() -> None:
+    from durable.errors import InvalidArgument
+
+    with pytest.raises(NotInWorkflow):
+        durable.sleep(-1)  # outside a workflow first
+    for bad in (-1, float("nan"), "soon"):
+        with pytest.raises(InvalidArgument):
+            durable.decorators.waits._seconds("durable.sleep()", bad)
+    with pytest.raises(InvalidArgument):
+        durable.decorators.waits._seconds("timeout", 0, positive=True)
+    assert asyncio  # the module is used by the workflows' helpers
+
+
+@durable.workflow
+async def two_answers() -> list[Any]:
+    return list(
+        await asyncio.gather(durable.wait_for_signal("first"), durable.wait_for_signal("second"))
+    )
+
+
+async def test_gathered_waits_each_keep_the_signal_that_ended_them(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await two_answers.start()
+        await wait_parked(engine, handle.run_id)
+        # The run waits on "first"; "second" is buffered until it waits on it.
+        assert await engine.signal("second", "B") is SignalOutcome.BUFFERED
+        assert await engine.signal("first", "A") is SignalOutcome.DELIVERED
+        assert await result(handle) == ["A", "B"]
+        assert engine.queue.kv.scan(b"workflow/signal-", limit=10).entries == []
