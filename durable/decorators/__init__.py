@@ -31,6 +31,7 @@ from durable.decorators.current import current_engine
 from durable.decorators.engine import Engine
 from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
+from durable.decorators.publish import publish
 from durable.decorators.step import StepFunction, step
 from durable.decorators.waits import sleep, wait_for_signal
 from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
@@ -47,6 +48,7 @@ __all__ = [
     "WorkflowStarter",
     "current_engine",
     "job",
+    "publish",
     "run_id",
     "sleep",
     "step",

@@ -156,6 +156,18 @@ class Engine:
 
         return WorkflowHandle(self, run_id)
 
+    async def fork(
+        self, run_id: str, from_step: int, *, new_run_id: str | None = None
+    ) -> WorkflowHandle[Any]:
+        """Start a new run of run ``run_id``'s workflow and arguments that
+        reuses the journaled results of its positions before ``from_step``
+        (they do not run again; the rest do). The source may be active or
+        terminated; `InvalidArgument` naming the run for an unknown run or a
+        ``from_step`` out of range. See `durable.decorators.fork`."""
+        from durable.decorators.fork import fork_run
+
+        return await fork_run(self, run_id, from_step, new_run_id)
+
     async def signal(self, key: str, value: object = None) -> SignalOutcome:
         """Send ``value`` (through the codec) to the run waiting in
         ``durable.wait_for_signal(key)``, or buffer it for the next one;

@@ -7,10 +7,11 @@ a restart. Everything it reports is read from the store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable.decorators.children import cancel_tree
 from durable.decorators.outcome import read_result
+from durable.decorators.publish import wait_published
 from durable.engine.runs import RunStatus, validate_run_id
 from durable.errors import InvalidArgument
 
@@ -50,6 +51,14 @@ class WorkflowHandle(Generic[R]):
         result = await read_result(engine.codec, runtime, end, self.run_id)
         value: R = result.value(engine.codec)
         return value
+
+    async def get(self, key: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+        """The latest value the run published under ``key`` (`durable.publish`);
+        waits for the first one at most ``timeout`` seconds of the engine's
+        clock (None: no limit), then raises `TimeoutError` naming the run and key."""
+        engine = self._engine
+        kv = engine.queue.kv.internal()
+        return await wait_published(kv, engine.codec, engine.clock, self.run_id, key, timeout)
 
     async def status(self) -> RunStatus | None:
         """Where the run is (`durable.engine.RunStatus`); None if unknown."""
