@@ -127,6 +127,21 @@ class Engine:
             raise NoEngine("Engine.workflows")
         return self._workflows
 
+    def concurrency_of(self, queue: str, default: int) -> int:
+        """The concurrency given for ``queue`` in ``Engine(concurrency=...)``,
+        else ``default`` (0: this process runs none of that queue's work)."""
+        return self._concurrency.get(queue, default)
+
+    def service_queues(self) -> frozenset[str]:
+        """The queues the engine's services run (a service may name them with
+        a ``queues()`` method): no workflow worker is started on those."""
+        owned: set[str] = set()
+        for service in self._services:
+            queues = getattr(service, "queues", None)
+            if callable(queues):
+                owned.update(queues())
+        return frozenset(owned)
+
     def add_service(self, service: EngineService) -> None:
         """Run ``service`` with this engine: started on enter after the store
         opens (in registration order), stopped on exit before it closes (in
@@ -186,7 +201,10 @@ class Engine:
         self._queue = queue
         self._token = set_engine(self)
         try:
-            self._workflows = WorkflowQueues(self, self._concurrency)
+            self._workflows = WorkflowQueues(
+                self,
+                {q: n for q, n in self._concurrency.items() if q not in self.service_queues()},
+            )
             self._workflows.start()
             await self.start_services()
         except BaseException:

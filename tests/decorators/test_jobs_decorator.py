@@ -569,3 +569,36 @@ async def test_a_job_decorated_after_the_engine_started_is_refused(
                 await late.submit()
         finally:
             JOBS.unregister(late.name)
+
+
+# ----------------------------------------------------------------- concurrency
+
+
+async def test_a_job_queues_concurrency_sizes_its_job_workers(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """``concurrency={"jobs": 1}`` caps the job workers (and starts no workflow
+    worker on the job queue, which would fail the job runs as unknown workflows)."""
+    async with make_engine(make_objects, clock, concurrency={"jobs": 1}):
+        first, second = await wait_for.submit("one"), await wait_for.submit("two")
+        await asyncio.wait_for(BOARD.started("one").wait(), LIMIT)
+        for _ in range(20):  # give a second worker every chance to start "two"
+            await asyncio.sleep(0)
+        assert not BOARD.started("two").is_set()
+        BOARD.gate("one").set()
+        assert await result(first) == "ONE"
+        await asyncio.wait_for(BOARD.started("two").wait(), LIMIT)
+        BOARD.gate("two").set()
+        assert await result(second) == "TWO"
+
+
+async def test_a_job_queue_with_concurrency_0_is_only_submitted_to(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock, concurrency={"jobs": 0}):
+        handle = await greet.submit("eve")
+        for _ in range(20):
+            await asyncio.sleep(0)
+        assert BOARD.ran("greet") == []  # this process runs no job of that queue
+    async with make_engine(make_objects, clock):  # a process that runs them
+        assert await result(greet.handle(handle.job_id)) == "hello, eve!"

@@ -56,23 +56,29 @@ class JobsService:
     def __repr__(self) -> str:
         return f"<JobsService queues={sorted(self._runners)}>"
 
+    def queues(self) -> frozenset[str]:
+        """The job queues this service runs: the queues of every registered `@job`."""
+        return frozenset(JOBS.by_queue())
+
     async def start(self, engine: Engine) -> None:
         """Build a runner per job queue, register its job types and spawn its worker."""
         env = JobEnv(engine.codec, engine.clock)
         for queue, job_types in sorted(JOBS.by_queue().items()):
             for job_type in job_types:
                 check_job_queue(queue, f"@job {job_type.NAME!r}")
+            limit = engine.concurrency_of(queue, DEFAULT_CONCURRENCY)
             runner = JobRunner(
                 engine.queue,
                 JobRunnerOptions(
-                    queue_name=queue, max_concurrent_jobs=DEFAULT_CONCURRENCY, clock=engine.clock
+                    queue_name=queue, max_concurrent_jobs=max(limit, 1), clock=engine.clock
                 ),
             )
             runner.provide(env)
             for job_type in job_types:
                 runner.register(job_type)
             self._runners[queue] = runner
-            self._workers.append(runner.spawn())
+            if limit > 0:  # 0: this process submits jobs of that queue, runs none
+                self._workers.append(runner.spawn())
         self._engine = engine
         _services[engine] = self
 
