@@ -260,15 +260,16 @@ class Signals:
           delivered record (one compare-and-commit), else None.
         """
         kv = self.queue.kv
+        headers = rec.headers
+        if HEADER_SIGNAL_DELIVERED not in headers and HEADER_SIGNAL_WAIT not in headers:
+            return None  # most steps: nothing to resolve, nothing built
         delivered = keys.signal_delivered_key(run_id, step)
-        if HEADER_SIGNAL_DELIVERED in rec.headers:
+        if HEADER_SIGNAL_DELIVERED in headers:
             payload = kv.get(delivered)
             if payload is None:
                 log.warning("delivered signal record is missing", run_id=run_id, step=step)
             return payload
-        key = rec.headers.get(HEADER_SIGNAL_WAIT)
-        if key is None:
-            return None
+        key = headers[HEADER_SIGNAL_WAIT]
         await kv.compare_delete(keys.signal_wait_key(key), rec.id.encode())
         if rec.woken_at is not None and rec.wake_payload is not None:
             return rec.wake_payload
