@@ -56,6 +56,8 @@ DurableError
     ├── NonDeterminismError          a replay called another step than the journal
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
     ├── RunCancelled                 the run was cancelled
+    ├── RunNotFound                  no run of that id in the store (also LookupError)
+    ├── NotPublished                 a run ended without publishing a key (also LookupError)
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
     └── UntrustedPayload             an unsigned or tampered pickle, refused
@@ -104,6 +106,7 @@ __all__ = [
     "NoEngine",
     "NonDeterminismError",
     "NotInWorkflow",
+    "NotPublished",
     "ObjectExists",
     "ObjectNotFound",
     "ObjectStoreError",
@@ -115,6 +118,7 @@ __all__ = [
     "ReservedKey",
     "ReservedMemoKey",
     "RunCancelled",
+    "RunNotFound",
     "SignalWaiterExists",
     "StepMaybeExecutedError",
     "StoreClosed",
@@ -721,6 +725,31 @@ class RunCancelled(WorkflowError):
         super().__init__(f"run {run_id!r} was cancelled{detail}")
         self.run_id = run_id
         self.reason = reason
+
+
+class RunNotFound(WorkflowError, LookupError):
+    """The store holds no run of this id (never started, or forgotten after
+    its retention)."""
+
+    def __init__(self, run_id: str, what: str = "") -> None:
+        doing = f"{what}: " if what else ""
+        super().__init__(
+            f"{doing}run {run_id!r} is unknown to this store: start it first, or check the id "
+            "(a terminated run is forgotten once the engine's retention has passed)"
+        )
+        self.run_id = run_id
+
+
+class NotPublished(WorkflowError, LookupError):
+    """A run terminated without ever publishing a value under this key."""
+
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(
+            f"run {run_id!r} has terminated without publishing anything under {key!r}; "
+            "check the key against the workflow's durable.publish calls"
+        )
+        self.run_id = run_id
+        self.key = key
 
 
 class WorkflowFailed(WorkflowError):

@@ -39,8 +39,6 @@ from aiohttp import web
 
 import durable
 from durable import Engine, WorkflowHandle, step, workflow
-from durable.engine import keys
-from durable.engine.runs import Running, Terminated
 from durable.store.clock import MockClock
 from examples._store_dir import run_with_store
 
@@ -177,24 +175,12 @@ async def agent(task: str) -> str:
 # --------------------------------------------------------------------- demo
 
 
-async def waiting_for_approval(engine: Engine, handle: WorkflowHandle[str]) -> None:
-    """Return once the run is suspended in its wait (it holds no worker)."""
-    key = keys.pointer_key(handle.run_id)
-    while True:
-        status = await handle.status()
-        if status is not None and isinstance(status.state, Terminated):
-            raise SystemExit(f"run {handle.run_id!r} ended before it asked for approval")
-        if (
-            status is not None
-            and status.current_step >= 1
-            and not isinstance(status.state, Running)
-        ):
-            return
-        fut = engine.queue.kv.watch(key)  # the run's next settlement rewrites its step pointer
-        try:
-            await asyncio.wait_for(fut, 30)
-        finally:
-            engine.queue.kv.unwatch(key, fut)
+async def waiting_for_approval(handle: WorkflowHandle[str]) -> durable.Waiting:
+    """Return once the run waits durably for its approval (it holds no worker)."""
+    waiting = await asyncio.wait_for(handle.waiting(), 30)  # a KV watch, no polling
+    if waiting is None:
+        raise SystemExit(f"run {handle.run_id!r} ended before it asked for approval")
+    return waiting
 
 
 async def run_agent(
@@ -204,10 +190,15 @@ async def run_agent(
     before = executions.copy()
     print(f"run {run_id!r}: {TASK}")
     handle = await agent.options(run_id=run_id).start(TASK)
-    await waiting_for_approval(engine, handle)
+    waiting = await waiting_for_approval(handle)
     print(f"run {run_id!r} is waiting for approval (model requests so far: {requests[run_id]})")
+    print(
+        f"run {run_id!r} waits on signal {waiting.signal_key!r} for at most "
+        f"{(waiting.until_ms - waiting.since_ms) / 1000:.0f} s"
+    )
     if approve:
-        outcome = await engine.signal(f"approve:{run_id}", True)
+        assert waiting.signal_key is not None
+        outcome = await engine.signal(waiting.signal_key, True)
         print(f"approved: signal {outcome.name}")
     else:
         clock.advance(APPROVAL_TIMEOUT)

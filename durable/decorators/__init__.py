@@ -20,9 +20,11 @@ async with Engine("file:///var/lib/app/durable"):
 
 The pieces, one module each: the `Engine` (`engine`), the decorators
 (`workflow`, `step`), the retry policy (`backoff`, `attempts`), durable
-waits (`waits`), child workflows (`children`), handles (`handles`), the
-journal (`journal`), the run context (`context`), the delivery runner
-(`runner`), the codec (`codec`) and `@job` (`jobs`).
+waits (`waits`, `parking`), child workflows (`children`), handles
+(`handles`, `waiting`, `published`), the journal (`journal`), run archives
+(`archive`, `terminal`), publish and fork (`publish`, `fork`), the run
+context (`context`), the delivery runner (`runner`), the codec (`codec`)
+and `@job` (`jobs`).
 """
 
 from durable.decorators.backoff import Backoff
@@ -33,6 +35,7 @@ from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
 from durable.decorators.publish import publish
 from durable.decorators.step import StepFunction, step
+from durable.decorators.waiting import Waiting
 from durable.decorators.waits import sleep, wait_for_signal
 from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
 
@@ -43,6 +46,7 @@ __all__ = [
     "JobHandle",
     "JobSubmitter",
     "StepFunction",
+    "Waiting",
     "Workflow",
     "WorkflowHandle",
     "WorkflowStarter",

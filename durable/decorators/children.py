@@ -10,7 +10,7 @@ in the same delivery.
 
 The parent then waits durably, like ``wait_for_signal``, on the child's key
 (`child_key`). When the child terminates, the runtime's terminal hook
-(`ChildNotifier`) signals that key; a signal sent before the parent waits
+(`durable.decorators.terminal`) signals that key; a signal sent before the parent waits
 is buffered, so the order does not matter. The delivery that the signal
 resumes reads the child's outcome and journals it before the workflow
 runs (`resolve_child`): the child's result (or its exception, or
@@ -28,16 +28,14 @@ import hashlib
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from durable.decorators.archive import load_journal
 from durable.decorators.context import RunContext
 from durable.decorators.invocation import encode_invocation
-from durable.decorators.journal import CHILD, Entry, Journal
+from durable.decorators.journal import CHILD, Entry
 from durable.decorators.outcome import read_result
 from durable.decorators.submit import submit_run
-from durable.decorators.suspend import Abort, Suspend
-from durable.decorators.waits import FOREVER
-from durable.engine.effects import TerminalEffects
-from durable.engine.outcomes import OnSignal
-from durable.engine.runs import MAX_RUN_ID_LEN, RunOutcome, Terminated
+from durable.decorators.suspend import Abort
+from durable.engine.runs import MAX_RUN_ID_LEN, Terminated
 from durable.errors import InputMismatch, RunCancelled
 
 if TYPE_CHECKING:
@@ -47,7 +45,6 @@ if TYPE_CHECKING:
 __all__ = [
     "HEADER_PARENT",
     "HEADER_POSITION",
-    "ChildNotifier",
     "call_child",
     "cancel_children",
     "cancel_tree",
@@ -129,12 +126,13 @@ async def _await_child(
     try:
         if start is not None:
             await asyncio.shield(start)  # the start completes even if this wait ends
-        entry = run.journal.get(position)
-        assert entry is not None, "a child's start is journaled before it is awaited"
-        if entry.resolved:
-            return await run.replay(position, entry)
-        pending = entry.replace(suspended=run.delivery.step_number)
-        raise Suspend(OnSignal(child_key(child), FOREVER), position, pending)
+        while True:  # a child wait has no deadline: it parks until the delivery suspends
+            entry = run.journal.get(position)
+            assert entry is not None, "a child's start is journaled before it is awaited"
+            if entry.resolved:
+                return await run.replay(position, entry)
+            pending = entry.replace(suspended=run.delivery.step_number)
+            await run.park(position, None, key=child_key(child), pending=pending)
     finally:
         run.untrack(task)
 
@@ -160,22 +158,6 @@ async def resolve_child(run: RunContext, position: int, entry: Entry) -> Entry:
     return await run.record(position, entry.replace(err=err))
 
 
-class ChildNotifier:
-    """The terminal hook of the engine's runtimes: signals a terminated child
-    run's parent (runs without a parent get no notification at all)."""
-
-    def __init__(self, engine: Engine) -> None:
-        self._engine = engine
-
-    def observes(self, outcome: RunOutcome) -> bool:
-        """Child runs only."""
-        return HEADER_PARENT in outcome.headers
-
-    async def on_termination(self, outcome: RunOutcome, effects: TerminalEffects) -> None:
-        """Wake the parent (or buffer the signal until it waits)."""
-        await self._engine.workflows.default.signal(child_key(outcome.run_id), b"terminated")
-
-
 async def cancel_tree(engine: Engine, run_id: str) -> bool:
     """Cancel run ``run_id`` and, through its journal, its children (theirs
     too); False if the run itself was unknown or had terminated."""
@@ -187,7 +169,6 @@ async def cancel_tree(engine: Engine, run_id: str) -> bool:
 
 async def cancel_children(engine: Engine, run_id: str) -> None:
     """Cancel every child run in ``run_id``'s journal (and theirs)."""
-    runtime = engine.workflows.default
-    journal = Journal.load(engine.queue.kv.internal(), runtime.memos.run_memo(run_id), run_id)
+    journal = await load_journal(engine, run_id)
     for child in journal.children():
         await cancel_tree(engine, child)

@@ -10,6 +10,11 @@ depend on which branch of a gather finishes first.
 
 While a step's body runs, the context also names that step: inside a step
 ``@step`` calls are plain calls and durable waits are refused.
+
+The context also counts what the delivery is busy with: every step and
+wait runs between `RunContext.track` and `RunContext.untrack`, and a wait
+that cannot complete now parks (`RunContext.park`); its `Parking` decides
+when the delivery suspends (`durable.decorators.parking`).
 """
 
 from __future__ import annotations
@@ -20,7 +25,9 @@ from collections.abc import Container, Iterator
 from contextvars import Context, ContextVar, copy_context
 from typing import TYPE_CHECKING, Any
 
+from durable.decorators.parking import Parked, Parking
 from durable.decorators.suspend import Abort
+from durable.engine import keys
 from durable.errors import NonDeterminismError, NotInWorkflow
 
 if TYPE_CHECKING:
@@ -55,6 +62,8 @@ class RunContext:
         self.inflight: set[asyncio.Task[object]] = set()
         #: Child-run starts of this delivery: awaited before it ends.
         self.starts: set[asyncio.Task[None]] = set()
+        #: The parked waits of this delivery, and when it suspends.
+        self.parking = Parking(engine.clock, self.starts, self.signal_buffered)
         #: The first non-determinism met, even if the workflow caught it.
         self.nondeterminism: NonDeterminismError | None = None
 
@@ -117,16 +126,40 @@ class RunContext:
         return self.codec.loads(ok or b"", what=f"the result of {what}")
 
     def track(self) -> asyncio.Task[object] | None:
-        """Register the current task as running a step or wait of this delivery."""
+        """Register the current task as running a step or wait of this
+        delivery (the delivery is busy until `untrack`)."""
         task = asyncio.current_task()
         if task is not None:
             self.inflight.add(task)
+        self.parking.begin()
         return task
 
     def untrack(self, task: asyncio.Task[object] | None) -> None:
         """Undo `track`."""
         if task is not None:
             self.inflight.discard(task)
+        self.parking.end()
+
+    async def park(
+        self,
+        position: int,
+        until_ms: int | None,
+        *,
+        key: str | None = None,
+        pending: Entry | None = None,
+    ) -> None:
+        """Park the wait at ``position`` (a tracked operation) until its
+        deadline ``until_ms`` (engine-clock ms; None: none) passes; ``key``
+        is the signal key it waits on, ``pending`` the journal entry to write
+        if the delivery suspends on it. Returns when the deadline has passed
+        and the wait completes in place; when the delivery suspends instead,
+        the waiting task is cancelled."""
+        await self.parking.park(Parked(position, until_ms, key, pending))
+
+    def signal_buffered(self, key: str) -> bool:
+        """True if a signal is buffered under ``key`` (sent while no run waited
+        on it); the engine hands it to the next run that waits on ``key``."""
+        return self.engine.queue.kv.get(keys.signal_buffer_key(key)) is not None
 
     def context(self) -> Context:
         """A copy of the calling context in which this is the current run

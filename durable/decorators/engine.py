@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from contextvars import Token
+from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable._logging import get_logger
@@ -60,6 +61,18 @@ def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
     return limits
 
 
+def _check_retention(retention: float | timedelta | None) -> float | None:
+    if isinstance(retention, timedelta):
+        retention = retention.total_seconds()
+    if retention is None:
+        return None
+    if isinstance(retention, bool) or not isinstance(retention, int | float) or retention <= 0:
+        raise InvalidArgument(
+            f"retention must be None, a number of seconds > 0 or a timedelta, got {retention!r}"
+        )
+    return float(retention)
+
+
 class Engine:
     """Runs the workflows (and, through services, the jobs) of this process.
 
@@ -70,8 +83,11 @@ class Engine:
     refuses unsigned ones; ``codec="msgpack"`` refuses values that are not
     plain data. ``concurrency`` caps the runs of each workflow queue that
     execute at once (default 8 per queue; 0 runs none of them in this
-    process, for one that only starts runs). ``clock`` is the source of all
-    time (a `durable.store.clock.MockClock` in tests).
+    process, for one that only starts runs). ``retention`` (seconds or a
+    timedelta; None keeps them for ever) is how long a terminated run stays
+    in the store: its result, archived journal and published values are
+    then removed and its id reads as unknown (`RunNotFound`). ``clock`` is
+    the source of all time (a `durable.store.clock.MockClock` in tests).
 
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
@@ -85,6 +101,7 @@ class Engine:
         signing_key: bytes | str | None = None,
         codec: Literal["auto", "msgpack"] = "auto",
         concurrency: Mapping[str, int] | None = None,
+        retention: float | timedelta | None = None,
         clock: Clock | None = None,
     ) -> None:
         if codec not in ("auto", "msgpack"):
@@ -94,6 +111,8 @@ class Engine:
         self._url = url if url is not None else DEFAULT_STORE
         self._storage_options = storage_options
         self._concurrency = _check_concurrency(concurrency)
+        #: Seconds a terminated run is kept (None: for ever); see the class doc.
+        self.retention = _check_retention(retention)
         #: How arguments, results, errors and signals are encoded.
         self.codec = Codec(signing_key=signing_key, mode=codec)
         #: The source of every timestamp, timeout and durable timer.
@@ -177,8 +196,9 @@ class Engine:
         """Start a new run of run ``run_id``'s workflow and arguments that
         reuses the journaled results of its positions before ``from_step``
         (they do not run again; the rest do). The source may be active or
-        terminated; `InvalidArgument` naming the run for an unknown run or a
-        ``from_step`` out of range. See `durable.decorators.fork`."""
+        terminated; `RunNotFound` for an unknown run, `InvalidArgument`
+        naming the run for a ``from_step`` out of range. The copied journal
+        commits with the new run's submission. See `durable.decorators.fork`."""
         from durable.decorators.fork import fork_run
 
         return await fork_run(self, run_id, from_step, new_run_id)

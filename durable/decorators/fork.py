@@ -4,61 +4,35 @@
 workflow with the same arguments whose journal starts with the entries of
 positions ``0 .. n-1`` of run ``run_id``: those steps (and waits, and
 child runs) answer from the journal, and the workflow runs again from
-position ``n``. The copied entries are written in one commit before the
-new run is submitted, so its first delivery sees all of them.
+position ``n``.
 
-``n`` may be 0 up to the number of positions at the start of the source's
-journal that are complete (a result or error, or a sleep's wake-up time);
-an in-flight step or an unanswered wait cannot be copied.
-
-The new run's invocation comes from the source run's queued delivery
-(an active run) or from the invocation a fork records for its run, under
-``workflow/invocations/{run_id}`` (so forks can be forked after they end).
-The queue keeps no input of an ordinary terminated run, so forking one
-raises `InvalidArgument` saying so.
+The source may be active or terminated: its invocation and journal are read
+from the store (`durable.decorators.archive`). The copied entries commit in
+the transaction that submits the new run, so a crash leaves either the
+whole fork or nothing (values over the journal's inline limit are copied
+into the new run's memo first). ``n`` may be 0 up to the number of
+positions at the start of the source's journal that are complete (a result
+or error, or a sleep's wake-up time); an in-flight step or an unanswered
+wait cannot be copied.
 """
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from durable.decorators.archive import load_invocation, load_journal
 from durable.decorators.invocation import decode_invocation
-from durable.decorators.journal import SLEEP, Entry, Journal, encode_entry, entry_key
+from durable.decorators.journal import SLEEP, Journal, encode_entry, entry_key, offload
 from durable.decorators.registry import REGISTRY
 from durable.decorators.submit import submit_run
-from durable.engine.runs import RESERVED_KV_PREFIX, validate_run_id
-from durable.errors import InvalidArgument, UnknownWorkflow
-from durable.store.log.batch import WriteBatch
+from durable.engine.runs import validate_run_id
+from durable.errors import InvalidArgument, RunNotFound, UnknownWorkflow
 
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
     from durable.decorators.handles import WorkflowHandle
 
-__all__ = ["fork_run", "invocation_key"]
-
-
-def invocation_key(run_id: str) -> bytes:
-    """The KV key where a fork records its run's invocation."""
-    return RESERVED_KV_PREFIX + b"invocations/" + run_id.encode()
-
-
-async def _source_invocation(engine: Engine, run_id: str) -> bytes:
-    runtime = engine.workflows.default
-    view = runtime.view
-    if view.run_record(run_id) is None and view.terminal_record(run_id) is None:
-        raise InvalidArgument(f"cannot fork run {run_id!r}: no such run in this store")
-    stored = engine.queue.kv.get(invocation_key(run_id))
-    if stored is not None:
-        return stored
-    pointer = view.pointer(run_id)
-    if pointer is not None:
-        job = await engine.queue.view.get_job(pointer.job_id)
-        if job is not None:
-            return job.payload
-    raise InvalidArgument(
-        f"cannot fork run {run_id!r}: it has terminated and the store no longer holds its "
-        "arguments (fork a run while it is active, or a run that is itself a fork)"
-    )
+__all__ = ["fork_run"]
 
 
 def _copyable(journal: Journal, run_id: str, from_step: object) -> int:
@@ -82,34 +56,39 @@ async def fork_run(
     engine: Engine, run_id: str, from_step: int, new_run_id: str | None = None
 ) -> WorkflowHandle[Any]:
     """Start a fork of run ``run_id`` from position ``from_step``; see the
-    module docstring. `InvalidArgument` naming the run for an unknown run,
-    a ``from_step`` out of range or a ``new_run_id`` already in use."""
+    module docstring. `RunNotFound` for an unknown run; `InvalidArgument`
+    naming the run for a ``from_step`` out of range or a ``new_run_id``
+    already in use."""
     validate_run_id(run_id)
-    payload = await _source_invocation(engine, run_id)
-    runtime = engine.workflows.default
-    source = Journal.load(engine.queue.kv.internal(), runtime.memos.run_memo(run_id), run_id)
+    payload = await load_invocation(engine, run_id)
+    if payload is None:
+        runtime = engine.workflows.default
+        if runtime.status(run_id) is None:
+            raise RunNotFound(run_id, "engine.fork()")
+        raise InvalidArgument(
+            f"cannot fork run {run_id!r}: the store holds no record of its invocation "
+            "(it was started by a durable older than engine.fork)"
+        )
+    source = await load_journal(engine, run_id)
     n = _copyable(source, run_id, from_step)
     invocation = decode_invocation(payload, run_id)
     definition = REGISTRY.get(invocation.name)
     if definition is None:
         raise UnknownWorkflow(run_id, invocation.name)
     new_id = validate_run_id(new_run_id) if new_run_id is not None else engine.queue.next_job_id()
-    view = runtime.view
-    if view.run_record(new_id) is not None or view.terminal_record(new_id) is not None:
+    if engine.workflows.default.status(new_id) is not None:
         raise InvalidArgument(
             f"cannot fork run {run_id!r} as {new_id!r}: a run with that id exists; "
             "pass another new_run_id"
         )
-    kv = engine.queue.kv.internal()
-    batch = WriteBatch()
+    memo = engine.workflows.default.memos.run_memo(new_id)
+    records: dict[bytes, bytes] = {}
     for position in range(n):
         entry = source.get(position)
         assert entry is not None  # checked by _copyable
-        if entry.ref:  # inline what the source offloaded to its run memo
+        if entry.ref:  # the source's memo holds the value: the fork's gets a copy
             ok, err = await source.values(position, entry)
-            entry = Entry(entry.name, entry.kind, ok, err, entry.time, entry.key, entry.suspended)
-        kv.stage_put(batch, entry_key(new_id, position), encode_entry(entry))
-    kv.stage_put(batch, invocation_key(new_id), payload)
-    await kv.commit(batch)
-    submitted = await submit_run(engine, definition, payload, run_id=new_id)
+            entry = await offload(memo, position, entry.replace(ok=ok, err=err, ref=False))
+        records[entry_key(new_id, position)] = encode_entry(entry)
+    submitted = await submit_run(engine, definition, payload, run_id=new_id, records=records)
     return engine.handle(submitted)

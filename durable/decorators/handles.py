@@ -11,9 +11,10 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable.decorators.children import cancel_tree
 from durable.decorators.outcome import read_result
-from durable.decorators.publish import wait_published
+from durable.decorators.published import wait_published
+from durable.decorators.waiting import Waiting, wait_until_waiting
 from durable.engine.runs import RunStatus, validate_run_id
-from durable.errors import InvalidArgument
+from durable.errors import RunNotFound
 
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
@@ -39,15 +40,13 @@ class WorkflowHandle(Generic[R]):
 
         Raises what the workflow raised (its own type when the exception
         can be rebuilt, else `WorkflowFailed` with its type and message), or
-        `RunCancelled`.
+        `RunCancelled`; `RunNotFound` if the store holds no such run.
         """
         engine = self._engine
         runtime = engine.workflows.default
         end = await runtime.wait_timeout(self.run_id, timeout)
         if end is None:
-            raise InvalidArgument(
-                f"run {self.run_id!r} is unknown to this store: start it first, or check the id"
-            )
+            raise RunNotFound(self.run_id, "handle.result()")
         result = await read_result(engine.codec, runtime, end, self.run_id)
         value: R = result.value(engine.codec)
         return value
@@ -55,10 +54,27 @@ class WorkflowHandle(Generic[R]):
     async def get(self, key: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109
         """The latest value the run published under ``key`` (`durable.publish`);
         waits for the first one at most ``timeout`` seconds of the engine's
-        clock (None: no limit), then raises `TimeoutError` naming the run and key."""
-        engine = self._engine
-        kv = engine.queue.kv.internal()
-        return await wait_published(kv, engine.codec, engine.clock, self.run_id, key, timeout)
+        clock (None: no limit), then raises `TimeoutError` naming the run and key.
+        Once the run has terminated: its last value, or `NotPublished` if it
+        never published ``key``; `RunNotFound` for an unknown run."""
+        return await wait_published(self._engine, self.run_id, key, timeout)
+
+    async def waiting(
+        self,
+        timeout: float | None = None,  # noqa: ASYNC109
+        *,
+        after: Waiting | None = None,
+    ) -> Waiting | None:
+        """Wait until the run waits durably (at once if it does), and where:
+        a `Waiting` with the signal key it waits on and when it wakes anyway.
+
+        With ``after`` (a `Waiting` this returned before), only a later wait
+        counts. Returns None if the run terminates first (or had).
+        `TimeoutError` after ``timeout`` seconds of the engine's clock (None:
+        no limit); `RunNotFound` for an unknown run. Watches the store, no
+        polling.
+        """
+        return await wait_until_waiting(self._engine, self.run_id, timeout, after)
 
     async def status(self) -> RunStatus | None:
         """Where the run is (`durable.engine.RunStatus`); None if unknown."""

@@ -47,17 +47,20 @@ class Invocation:
 
 
 def encode_invocation(
-    codec: Codec, name: str, args: Sequence[Any], kwargs: Mapping[str, Any]
+    codec: Codec,
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    kind: str = "workflow",
 ) -> bytes:
-    """The payload of a run of workflow ``name`` called with ``args`` and ``kwargs``."""
+    """The payload of a run of workflow ``name`` (or job: ``kind`` names which,
+    for error messages) called with ``args`` and ``kwargs``."""
     m = {
         "v": INVOCATION_VERSION,
         "name": name,
-        "args": [
-            codec.dumps(a, what=f"argument {i} of workflow {name}") for i, a in enumerate(args)
-        ],
+        "args": [codec.dumps(a, what=f"argument {i} of {kind} {name}") for i, a in enumerate(args)],
         "kwargs": {
-            k: codec.dumps(v, what=f"argument {k!r} of workflow {name}") for k, v in kwargs.items()
+            k: codec.dumps(v, what=f"argument {k!r} of {kind} {name}") for k, v in kwargs.items()
         },
     }
     packed: bytes = msgpack.packb(m, use_bin_type=True)

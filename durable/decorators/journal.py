@@ -33,6 +33,7 @@ raises `CorruptEngineRecord` naming the run and the position.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -55,8 +56,9 @@ __all__ = [
     "Journal",
     "decode_entry",
     "encode_entry",
-    "journal_prefix",
     "entry_key",
+    "journal_prefix",
+    "offload",
 ]
 
 STEP = "step"
@@ -70,7 +72,6 @@ _KINDS = frozenset({STEP, START, SLEEP, SIGNAL, CHILD})
 JOURNAL_VERSION = 1
 #: Results and errors up to this many bytes stay in the KV entry.
 INLINE_MAX = 64 * 1024
-_PAGE = 1024
 
 
 def journal_prefix(run_id: str) -> bytes:
@@ -182,22 +183,22 @@ class Journal:
     def load(cls, kv: KvNamespace, memo: Memo, run_id: str) -> Journal:
         """Every entry of run ``run_id``, read from the store's memory state
         (what every commit so far has written); ``kv`` is the internal view."""
+        return cls.decode(kv, memo, run_id, kv.snapshot(journal_prefix(run_id)))
+
+    @classmethod
+    def decode(
+        cls, kv: KvNamespace, memo: Memo, run_id: str, rows: Iterable[tuple[bytes, bytes]]
+    ) -> Journal:
+        """The journal of run ``run_id`` from its stored ``(key, entry)`` rows."""
         prefix = journal_prefix(run_id)
         entries: dict[int, Entry] = {}
-        start: bytes | None = None
-        while True:
-            page = kv.scan(prefix, start, inclusive=(start is None, False), limit=_PAGE)
-            for key, value in page.entries:
-                tail = key[len(prefix) :]
-                if not tail.isdigit():
-                    raise CorruptEngineRecord(
-                        f"journal of run {run_id!r}", f"unexpected key {key!r}"
-                    )
-                position = int(tail)
-                entries[position] = decode_entry(value, run_id, position)
-            if not page.more:
-                return cls(kv, memo, run_id, entries)
-            start = page.last_key
+        for key, value in rows:
+            tail = key[len(prefix) :]
+            if not key.startswith(prefix) or not tail.isdigit():
+                raise CorruptEngineRecord(f"journal of run {run_id!r}", f"unexpected key {key!r}")
+            position = int(tail)
+            entries[position] = decode_entry(value, run_id, position)
+        return cls(kv, memo, run_id, entries)
 
     def get(self, position: int) -> Entry | None:
         """The entry at ``position``, or None."""
@@ -220,14 +221,7 @@ class Journal:
         A result or error over `INLINE_MAX` bytes goes to the run memo
         first. Returns the entry as stored.
         """
-        big = (entry.ok is not None and len(entry.ok) > INLINE_MAX) or (
-            entry.err is not None and len(entry.err) > INLINE_MAX
-        )
-        stored = entry
-        if big:
-            await self._memo.put(_memo_key(position), {"ok": entry.ok, "err": entry.err})
-            stored = entry.replace(ok=b"" if entry.ok is not None else None, ref=True)
-            stored = stored.replace(err=b"" if entry.err is not None else None)
+        stored = await offload(self._memo, position, entry)
         await self._kv.put(entry_key(self.run_id, position), encode_entry(stored))
         self._entries[position] = stored
         return stored
@@ -249,6 +243,23 @@ class Journal:
                 "its value in the run memo is not bytes",
             )
         return ok, err
+
+
+async def offload(memo: Memo, position: int, entry: Entry) -> Entry:
+    """``entry`` as the journal of ``memo``'s run stores it at ``position``: a
+    result or error over `INLINE_MAX` bytes is written to the run memo first
+    (durable on return) and the entry keeps a reference."""
+    big = (entry.ok is not None and len(entry.ok) > INLINE_MAX) or (
+        entry.err is not None and len(entry.err) > INLINE_MAX
+    )
+    if not big:
+        return entry
+    await memo.put(_memo_key(position), {"ok": entry.ok, "err": entry.err})
+    return entry.replace(
+        ok=b"" if entry.ok is not None else None,
+        err=b"" if entry.err is not None else None,
+        ref=True,
+    )
 
 
 def _memo_key(position: int) -> str:

@@ -15,6 +15,10 @@ is called, like a journal position). A delivery replays the workflow from
 its start, so a replayed publish carries the ordinal it had the first
 time: a write only lands when its ordinal is higher than the stored one,
 so a replay never takes a key back to an older value.
+
+When the run terminates its published values move to its archive
+(`durable.decorators.archive`), where ``handle.get`` still finds them
+(`durable.decorators.published`).
 """
 
 from __future__ import annotations
@@ -30,22 +34,25 @@ from durable.decorators.context import RunContext, current_run
 from durable.decorators.suspend import Abort
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord, InvalidArgument
-from durable.store.clock import Clock
-from durable.store.kv import KvNamespace
-from durable.store.queue.wakeups import wait_or_sleep
 
-__all__ = ["published_key", "publish", "read_published", "wait_published"]
+__all__ = ["check_key", "decode_published", "publish", "published_key", "published_prefix"]
 
 # The number of publishes each delivery's workflow has made so far.
 _ordinals: weakref.WeakKeyDictionary[RunContext, int] = weakref.WeakKeyDictionary()
 
 
+def published_prefix(run_id: str) -> bytes:
+    """The KV prefix of every value run ``run_id`` published."""
+    return RESERVED_KV_PREFIX + b"published/" + run_id.encode() + b"/"
+
+
 def published_key(run_id: str, key: str) -> bytes:
     """The KV key of the value run ``run_id`` published under ``key``."""
-    return RESERVED_KV_PREFIX + b"published/" + run_id.encode() + b"/" + key.encode()
+    return published_prefix(run_id) + key.encode()
 
 
-def _check_key(key: object) -> str:
+def check_key(key: object) -> str:
+    """``key`` if it is a valid published key, else `InvalidArgument`."""
     if not isinstance(key, str) or not key:
         raise InvalidArgument(f"a published key must be a non-empty str, got {key!r}")
     return key
@@ -74,7 +81,7 @@ def publish(key: str, value: object) -> Coroutine[Any, Any, None]:
     ``handle.get(key)`` returns the latest one. Durable when the await
     returns; a replay never overwrites a newer value. Only in a workflow."""
     run = current_run("durable.publish()")
-    _check_key(key)
+    check_key(key)
     data = run.codec.dumps(value, what=f"the value published under {key!r}")
     seq = _ordinals.get(run, 0)
     _ordinals[run] = seq + 1
@@ -82,6 +89,14 @@ def publish(key: str, value: object) -> Coroutine[Any, Any, None]:
 
 
 async def _publish(run: RunContext, key: str, seq: int, data: bytes) -> None:
+    task = run.track()  # the delivery does not suspend while a publish is in flight
+    try:
+        await _write(run, key, seq, data)
+    finally:
+        run.untrack(task)
+
+
+async def _write(run: RunContext, key: str, seq: int, data: bytes) -> None:
     kv = run.engine.queue.kv.internal()
     kv_key = published_key(run.run_id, key)
     new = _encode(seq, data)
@@ -101,40 +116,7 @@ async def _publish(run: RunContext, key: str, seq: int, data: bytes) -> None:
         ) from e
 
 
-def read_published(kv: KvNamespace, codec: Codec, run_id: str, key: str) -> tuple[bool, Any]:
-    """``(True, value)`` of the latest value run ``run_id`` published under
-    ``key``, or ``(False, None)`` when there is none yet."""
-    data = kv.get(published_key(run_id, key))
-    if data is None:
-        return False, None
+def decode_published(codec: Codec, data: bytes, run_id: str, key: str) -> Any:
+    """The value of a stored publish ``data`` of run ``run_id`` under ``key``."""
     _, value = _decode(data, run_id, key)
-    return True, codec.loads(value, what=f"the value run {run_id!r} published under {key!r}")
-
-
-async def wait_published(
-    kv: KvNamespace, codec: Codec, clock: Clock, run_id: str, key: str, limit: float | None
-) -> Any:
-    """The latest value run ``run_id`` published under ``key``, waiting at
-    most ``limit`` seconds of ``clock`` for the first (None: no limit);
-    `TimeoutError` naming the run and the key after it."""
-    _check_key(key)
-    if limit is not None and (
-        isinstance(limit, bool) or not isinstance(limit, int | float) or limit < 0
-    ):
-        raise InvalidArgument(f"timeout must be None or >= 0 seconds, got {limit!r}")
-    kv_key = published_key(run_id, key)
-    deadline = None if limit is None else clock.now_ms() + round(limit * 1000)
-    while True:
-        found, value = read_published(kv, codec, run_id, key)
-        if found:
-            return value
-        fut = kv.watch(kv_key)  # no await since the read: no write slips through
-        try:
-            remaining = None if deadline is None else (deadline - clock.now_ms()) / 1000
-            if not await wait_or_sleep(clock, fut, remaining):
-                raise TimeoutError(
-                    f"run {run_id!r} published nothing under {key!r} within {limit} seconds"
-                )
-            fut.result()  # the store's error, if the commit failed or it closed
-        finally:
-            kv.unwatch(kv_key, fut)
+    return codec.loads(value, what=f"the value run {run_id!r} published under {key!r}")

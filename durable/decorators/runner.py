@@ -4,23 +4,27 @@ Every delivery of a run carries the run's invocation. The runner decodes
 it, finds the workflow by name (an unknown name fails the run with
 `UnknownWorkflow`, which names the module to import), loads the run's
 journal, journals what ended the wait the run resumes from (the signal
-that woke it, or a child's outcome) and calls the function inside a
-`RunContext`. The function runs until it:
+that woke it, or a child's outcome; a signal wait woken before its own
+deadline, for another wait's, stays unresolved and waits again) and calls
+the function inside a `RunContext`. The function runs until it:
 
 - returns: the run succeeds with the encoded result (`Succeed`);
 - raises: the run fails with the encoded exception (`Fail`; see
   `durable.decorators.outcome`); a non-determinism fails it even if the
   workflow caught the error;
-- suspends on a durable wait: the delivery ends with ``Continue`` carrying
-  the same invocation and the wait's trigger (`Suspend`);
+- is quiescent on durable waits: the waits it reached are parked and
+  nothing else runs (`durable.decorators.parking`); the delivery ends with
+  ``Continue`` carrying the same invocation and one trigger for all of them;
+- suspends at once (`Suspend`: a new step while the engine drains);
 - cannot journal (`Abort`): the delivery fails transiently and the queue
   redelivers it.
 
-When it ends, the steps and waits still in flight in the delivery are
-cancelled (they run again on replay: at least once), and the child starts
-begun in it complete. Meanwhile the runner keeps the delivery's lease
-alive, and a cancellation of the run cancels the function (and the run's
-children) at once.
+Steps gathered with a wait therefore finish, and are journaled, before the
+delivery suspends. When the delivery ends, what is still in flight (the
+parked waits, code outside steps and waits) is cancelled and runs again on
+replay, and the child starts begun in it complete. Meanwhile the runner
+keeps the delivery's lease alive, and a cancellation of the run cancels
+the function (and the run's children) at once.
 """
 
 from __future__ import annotations
@@ -89,6 +93,8 @@ async def _resume(run: RunContext) -> None:
         if entry.suspended != step.step_number - 1 or entry.resolved:
             continue
         if entry.kind == SIGNAL:
+            if step.signal is None and run.clock.now_ms() < entry.time:
+                return  # woken for another parked wait's deadline: this one waits again
             await resolve_signal(run, position, entry, step.signal)
         elif entry.kind == CHILD and step.signal is not None:
             await resolve_child(run, position, entry)
@@ -105,6 +111,7 @@ class _Delivery:
         self.kwargs = kwargs
 
     async def execute(self) -> StepOutcome:
+        """Run the function; the delivery's outcome."""
         run = self.ctx
         step = run.delivery
         main = asyncio.create_task(
@@ -112,22 +119,30 @@ class _Delivery:
         )
         lease = asyncio.create_task(_keep_lease(run), name=f"lease {run.run_id}")
         cancel = asyncio.create_task(step.cancel_token.wait(), name=f"cancel {run.run_id}")
-        helpers = (lease, cancel)
+        parking = asyncio.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
+        helpers = (lease, cancel, parking)
         try:
             await asyncio.wait({main, *helpers}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # the worker itself is cancelled: stop everything
             await _cancel(main, *helpers, *run.inflight)
             raise
+        suspension = parking.done() and not parking.cancelled()
         await _cancel(*helpers)
-        if not main.done():
-            await _cancel(main)
+        if main.done():
             await self.settle()
-            if step.cancel_token.is_cancelled():
-                await cancel_children(run.engine, run.run_id)
-                return Cancel("cancelled")
-            raise StepError.transient(f"run {run.run_id!r}: the delivery's lease was lost")
+            return await self.outcome(main)
+        await _cancel(main)
         await self.settle()
-        return await self.outcome(main)
+        if step.cancel_token.is_cancelled():
+            await cancel_children(run.engine, run.run_id)
+            return Cancel("cancelled")
+        if suspension:
+            try:
+                decided = parking.result()
+            except Exception as e:
+                raise StepError.transient(f"run {run.run_id!r}: parking failed: {e}") from e
+            return await self.suspend(decided)
+        raise StepError.transient(f"run {run.run_id!r}: the delivery's lease was lost")
 
     async def settle(self) -> None:
         """Cancel the steps and waits still in flight; finish the child starts."""
@@ -136,22 +151,27 @@ class _Delivery:
         while run.starts:
             await asyncio.gather(*run.starts, return_exceptions=True)
 
+    async def suspend(self, s: Suspend) -> StepOutcome:
+        """End the delivery on ``s``: journal the entry of the wait it
+        suspends on, then ``Continue`` with its trigger."""
+        run = self.ctx
+        if run.nondeterminism is not None:
+            return Fail(encode_failure(run.codec, run.run_id, run.nondeterminism))
+        if s.position is not None and s.entry is not None:
+            try:
+                await run.journal.write(s.position, s.entry)
+            except Exception as e:
+                raise StepError.transient(f"run {run.run_id!r}: journal write failed: {e}") from e
+        return Continue(run.delivery.payload, s.trigger)
+
     async def outcome(self, main: asyncio.Task[Any]) -> StepOutcome:
+        """The outcome of the function's finished task."""
         run = self.ctx
         codec = run.codec
         try:
             result = main.result()
         except Suspend as s:
-            if run.nondeterminism is not None:
-                return Fail(encode_failure(codec, run.run_id, run.nondeterminism))
-            if s.position is not None and s.entry is not None:
-                try:
-                    await run.journal.write(s.position, s.entry)
-                except Exception as e:
-                    raise StepError.transient(
-                        f"run {run.run_id!r}: journal write failed: {e}"
-                    ) from e
-            return Continue(run.delivery.payload, s.trigger)
+            return await self.suspend(s)
         except Abort as a:
             raise StepError.transient(a.reason) from a.__cause__
         except (Exception, asyncio.CancelledError) as e:

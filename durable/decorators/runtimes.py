@@ -16,12 +16,14 @@ run (`WorkflowQueues.default`).
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from durable.decorators.children import ChildNotifier
+from durable.decorators.archive import run_keys
 from durable.decorators.registry import DEFAULT_QUEUE, REGISTRY
 from durable.decorators.runner import WorkflowRunner
+from durable.decorators.terminal import RunTerminalHook
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 
 if TYPE_CHECKING:
@@ -46,7 +48,7 @@ class WorkflowQueues:
         #: Set on shutdown: running workflows suspend before their next new step.
         self.draining = asyncio.Event()
         self.runner = WorkflowRunner(engine, self.draining)
-        self.hook = ChildNotifier(engine)
+        self.hook = RunTerminalHook(engine)
 
     def start(self) -> None:
         """Spawn the runtime of every queue a registered workflow names, and of
@@ -72,10 +74,12 @@ class WorkflowQueues:
                 RuntimeOptions(
                     queue_name=queue,
                     memo_prefix=MEMO_PREFIX,
+                    memo_retention=self._engine.retention,
                     max_concurrent_steps=max(limit, 1),
                     clock=self._engine.clock,
                 ),
             )
+            runtime.run_keys = functools.partial(run_keys, self._engine)
             self._runtimes[queue] = runtime
         runs_here = self._limits.get(queue) != 0 and not self.draining.is_set()
         if spawn and runs_here and queue not in self._workers:

@@ -1,7 +1,9 @@
 """Submitting workflow runs (`submit_run`).
 
 A run is submitted to the runtime of its workflow's queue with the encoded
-invocation as its payload (`durable.decorators.invocation`). A run id
+invocation as its payload (`durable.decorators.invocation`); the same
+commit records the invocation outside the queue
+(`durable.decorators.archive`), so it outlives the run's jobs. A run id
 names one run: starting an id that is running, or that has terminated,
 with the same arguments returns that run (nothing runs again); with other
 arguments it raises `InputMismatch`.
@@ -13,6 +15,7 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from durable.decorators.archive import invocation_record
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, RunSpec, validate_run_id
 from durable.errors import InputMismatch
@@ -37,9 +40,11 @@ async def submit_run(
     priority: int | None = None,
     headers: Mapping[str, str] | None = None,
     run_at: int | _dt.datetime | None = None,
+    records: Mapping[bytes, bytes] | None = None,
 ) -> str:
     """Submit a run of ``definition`` with the encoded invocation ``payload``;
-    its run id (see the module docstring for a known id)."""
+    its run id (see the module docstring for a known id). ``records``: more
+    reserved KV writes to commit with the submission (a fork's journal)."""
     runtime = engine.workflows.runtime_for(definition.queue)
     options = RunOptions(
         headers=dict(headers or {}),
@@ -56,5 +61,11 @@ async def submit_run(
             if digest is not None and digest != input_digest(payload):
                 raise InputMismatch(run_id)
             return run_id
-    outcome = await runtime.submit(RunSpec(payload, run_id=run_id, options=options))
+    else:
+        run_id = engine.queue.next_job_id()
+    internal = await invocation_record(runtime.memos, run_id, payload)
+    internal.update(records or {})
+    outcome = await runtime.submit(
+        RunSpec(payload, run_id=run_id, options=options), internal=internal
+    )
     return outcome.run_id

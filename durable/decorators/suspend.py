@@ -4,9 +4,12 @@ Both derive from `BaseException`, like `asyncio.CancelledError`, so a
 workflow's ``except Exception:`` cannot swallow them; the runner catches
 them where the delivery ends.
 
-- `Suspend`: the workflow waits durably (a timer, a signal, a child run).
-  The delivery ends with a ``Continue`` whose trigger wakes the run; the
-  next delivery replays the workflow up to the wait and goes on.
+- `Suspend`: the delivery ends with a ``Continue`` whose trigger wakes the
+  run; the next delivery replays the workflow up to there and goes on. A
+  step raises it when the engine drains (``Immediate``: go on in the next
+  process). Durable waits do not raise it: they park, and the delivery's
+  `Parking` returns one (not raised) once the delivery is quiescent, with
+  the one trigger for all its parked waits (`durable.decorators.parking`).
 - `Abort`: the delivery cannot go on (its journal could not be written).
   The runner fails the delivery transiently; the queue redelivers it, and
   the replay repeats only what was not journaled.
@@ -28,8 +31,8 @@ class Suspend(BaseException):
     """End the delivery and wake the run on ``trigger``.
 
     ``entry`` (at ``position``) is journaled by the runner when this
-    suspension is the one that ends the delivery, so the next delivery
-    knows which wait it resumes.
+    suspension ends the delivery (the pending entry of the signal wait it
+    suspends on), so the next delivery knows which wait it resumes.
     """
 
     def __init__(

@@ -1,20 +1,27 @@
 """Durable waits: ``durable.sleep`` and ``durable.wait_for_signal``.
 
-Both take the next journal position when called, like a step, and end the
-delivery while they wait (`Suspend`): a waiting run holds no worker, and
-all time is the engine's clock.
+Both take the next journal position when called, like a step, and run on
+the engine's clock. A wait that cannot complete at once *parks* (see
+`durable.decorators.parking`): the rest of the workflow goes on (steps
+gathered with the wait run and are journaled), and once nothing else is
+running the delivery ends with a trigger that wakes the run (a waiting
+run holds no worker).
 
 - ``sleep(seconds)`` journals its wake-up time. A replay after that time
-  returns at once; before it, the run suspends again for the remainder.
-- ``wait_for_signal(key, timeout)`` suspends until ``engine.signal(key,
-  value)`` delivers a value (a signal sent before the wait is buffered and
-  taken at once) or ``timeout`` seconds pass. The delivery that resumes the
-  run journals what ended the wait (the value, or None for the timeout)
-  before the workflow runs, so every later replay returns the same.
+  returns at once; before it, the wait parks for the remainder.
+- ``wait_for_signal(key, timeout)`` journals its deadline and parks until
+  ``engine.signal(key, value)`` delivers a value (a signal sent before the
+  wait is buffered and taken) or ``timeout`` seconds pass. The delivery
+  that the signal resumes journals it before the workflow runs
+  (`resolve_signal`), so every later replay returns the same; a timeout
+  journals None.
 
-A run waits for one thing at a time: when several waits are gathered, the
-first that suspends ends the delivery and the others wait in turn on
-replay.
+Gathered waits wait together: ``asyncio.gather(durable.sleep(10),
+durable.sleep(20))`` takes 20 s, and a signal wait gathered with a sleep
+returns when the signal comes or when its own timeout passes, whichever is
+first. A suspended run waits on one signal key at a time: the signals sent
+meanwhile to its other waits' keys are buffered, and each is taken when the
+run waits on its key (nothing is lost).
 """
 
 from __future__ import annotations
@@ -26,8 +33,7 @@ from typing import Any
 
 from durable.decorators.context import RunContext, current_run
 from durable.decorators.journal import SIGNAL, SLEEP, Entry
-from durable.decorators.suspend import Suspend
-from durable.engine.outcomes import After, OnSignal
+from durable.decorators.parking import FOREVER
 from durable.errors import InvalidArgument
 
 __all__ = [
@@ -41,8 +47,6 @@ __all__ = [
 
 SLEEP_NAME = "durable.sleep"
 SIGNAL_NAME = "durable.wait_for_signal"
-#: The timeout of a wait without one: ten years.
-FOREVER = 10 * 365 * 86400.0
 _SLEEP = frozenset({SLEEP})
 _SIGNAL = frozenset({SIGNAL})
 
@@ -72,9 +76,8 @@ async def _sleep(run: RunContext, position: int, delay: float) -> None:
         if entry is None:
             wake = run.clock.now_ms() + round(delay * 1000)
             entry = await run.record(position, Entry(SLEEP_NAME, SLEEP, time=wake))
-        remaining = entry.time - run.clock.now_ms()
-        if remaining > 0:
-            raise Suspend(After(remaining / 1000))
+        if entry.time > run.clock.now_ms():
+            await run.park(position, entry.time)  # returns once that time has passed
     finally:
         run.untrack(task)
 
@@ -103,15 +106,15 @@ async def _wait(run: RunContext, position: int, key: str, limit: float) -> Any:
             raise run.nondeterministic(position, f"{SIGNAL_NAME}({entry.key!r})", new)
         if entry is not None and entry.resolved:
             return await run.replay(position, entry)
-        now = run.clock.now_ms()
-        deadline = entry.time if entry is not None else now + round(limit * 1000)
-        if deadline <= now:  # timed out while the run was not waiting on it
-            pending = Entry(SIGNAL_NAME, SIGNAL, key=key)
-            recorded = await resolve_signal(run, position, pending, None)
-            return await run.replay(position, recorded)
-        step = run.delivery.step_number
-        pending = Entry(SIGNAL_NAME, SIGNAL, time=deadline, key=key, suspended=step)
-        raise Suspend(OnSignal(key, (deadline - now) / 1000), position, pending)
+        if entry is None:  # the first time: journal the deadline, like a sleep's wake-up
+            deadline = run.clock.now_ms() + round(limit * 1000)
+            entry = await run.record(position, Entry(SIGNAL_NAME, SIGNAL, time=deadline, key=key))
+        if entry.time > run.clock.now_ms() or run.signal_buffered(key):
+            pending = entry.replace(suspended=run.delivery.step_number)
+            await run.park(position, entry.time, key=key, pending=pending)
+        # The deadline has passed with no signal for the key: the wait timed out.
+        recorded = await resolve_signal(run, position, entry.replace(suspended=None), None)
+        return await run.replay(position, recorded)
     finally:
         run.untrack(task)
 
@@ -121,6 +124,8 @@ async def resolve_signal(
 ) -> Entry:
     """Journal what ended the wait at ``position``: ``signal``, or None (a
     timeout). The runner calls it when the delivery that the wait resumed
-    starts, before the workflow runs (the delivery's signal is gone after it)."""
+    starts, before the workflow runs (the delivery's signal is gone after
+    it); the wait itself, when its deadline passes while the run is in a
+    delivery."""
     ok = signal if signal is not None else run.codec.dumps(None, what="a signal timeout")
     return await run.record(position, entry.replace(ok=ok))

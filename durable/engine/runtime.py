@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from durable._logging import get_logger
@@ -188,21 +189,38 @@ class WorkflowRuntime:
         self.replays = ReplayStore(self.memos)
         #: The durable signal records (`signal`, `clear_signal`).
         self.signals = Signals(queue)
+        #: The KV keys a layer built on the runtime keeps for a run (reserved
+        #: keys, e.g. the decorators' journal): read when the run's memo
+        #: retention passes and deleted with its terminal record. None: none.
+        self.run_keys: Callable[[str], Iterable[bytes]] | None = None
         self._dead_seen = -1
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
     # ---------------------------------------------------------------- submit
 
-    async def submit(self, spec: RunSpec) -> SubmitOutcome:
+    async def submit(
+        self, spec: RunSpec, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> SubmitOutcome:
         """Start a run; idempotent on ``(run_id, input)``.
 
         A re-submission of an active run with the same input returns
         ``newly_submitted=False``; a different input raises `InputMismatch`
         (nothing written). A terminated run's id may be submitted again.
-        """
-        return await self.submit_member(spec, None)
 
-    async def submit_member(self, spec: RunSpec, member: GroupMembership | None) -> SubmitOutcome:
+        ``internal``: KV writes under the reserved ``workflow/`` prefix that
+        commit with the run's first step, for layers built on the runtime
+        (the decorators record a run's invocation so). Unlike
+        ``spec.effects`` they are not checked: never pass user keys.
+        """
+        return await self.submit_member(spec, None, internal=internal)
+
+    async def submit_member(
+        self,
+        spec: RunSpec,
+        member: GroupMembership | None,
+        *,
+        internal: Mapping[bytes, bytes] | None = None,
+    ) -> SubmitOutcome:
         """`submit` of a run group's member (how `RunGroup` submits): the run
         record names ``member``, a pending member record commits with step 0,
         and the terminating settlement rewrites it."""
@@ -231,6 +249,8 @@ class WorkflowRuntime:
                 run_at_ms=spec.options.run_at_ms(),
                 effects=spec.effects,
             )
+            for key, value in (internal or {}).items():
+                fx.kv_put(key, value)
             result = await self.queue.enqueue_with_effects(
                 self.options.queue_name, spec.input, options, fx
             )
@@ -411,7 +431,10 @@ class WorkflowRuntime:
                 at_ms = entry.at_ms  # unreadable: it goes with the marker
             if at_ms != entry.at_ms:
                 return Delete()
-            return DeleteIf(key, raw, KvEffects().delete(key))
+            effects = KvEffects().delete(key)
+            for owned in self.run_keys(run_id) if self.run_keys is not None else ():
+                effects.delete(owned)
+            return DeleteIf(key, raw, effects)
 
         return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
 

@@ -256,6 +256,21 @@ class KvNamespace:
         more = len(rows) > limit
         return KvPage([(k[len(USER) :], v) for k, v in rows[:limit]], more)
 
+    def snapshot(self, prefix: bytes) -> list[tuple[bytes, bytes]]:
+        """Every entry under ``prefix``, ascending, read at once: one consistent
+        view of the memory state (no commit lands in between). For bounded
+        prefixes (one run's keys); stream large ranges with `entries`."""
+        prefix = _check_bytes(prefix, "prefix")
+        return [
+            (k[len(USER) :], v)
+            for k, v in self._state.scan(
+                user_key(prefix),
+                prefix_end(user_key(prefix)),
+                inclusive=(True, False),
+                reverse=False,
+            )
+        ]
+
     async def entries(
         self,
         prefix: bytes,

@@ -23,7 +23,7 @@ import pytest
 from decorators_child import STEPS
 
 import durable
-from durable.decorators.journal import Journal
+from durable.decorators.archive import load_journal
 
 CHILD = str(Path(__file__).with_name("decorators_child.py"))
 ROUNDS = 3
@@ -56,8 +56,7 @@ def start_and_kill(store: Path, log: Path, run_id: str, after: int) -> None:
 async def journaled(store: Path, run_id: str) -> set[int]:
     """The positions the store's journal holds a result for (nothing runs here)."""
     async with durable.Engine(store, concurrency={"workflows": 0}) as engine:
-        memo = engine.workflows.default.memos.run_memo(run_id)
-        journal = Journal.load(engine.queue.kv.internal(), memo, run_id)
+        journal = await load_journal(engine, run_id)  # the KV, or the archive once ended
         return {p for p, e in journal.entries() if e.resolved}
 
 
@@ -85,6 +84,7 @@ async def test_a_killed_workflow_resumes_in_a_new_process(tmp_path: Path) -> Non
         assert held, "the kill landed before any step was journaled"
         assert held == set(range(len(held)))  # a prefix of the steps
         assert finish(store, log, run_id) == "-".join(str(i) for i in range(STEPS))
+        assert await journaled(store, run_id) == set(range(STEPS))  # nothing lost
 
         after = events(log, run_id)[len(killed) :]
         starts = [p for kind, p in events(log, run_id) if kind == "start"]

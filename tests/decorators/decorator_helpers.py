@@ -1,8 +1,8 @@
 """Helpers of the decorator tests: engines on the test's store, waiting on runs.
 
-Waits use the store (a KV watch on the run's step pointer) or events set by
-the workflows themselves; the wall clock only bounds them (`LIMIT`) so a
-bug fails the test instead of hanging it.
+Waits use the store (`WorkflowHandle.waiting`, a KV watch on the run's step
+pointer) or events set by the workflows themselves; the wall clock only
+bounds them (`LIMIT`) so a bug fails the test instead of hanging it.
 """
 
 from __future__ import annotations
@@ -11,10 +11,11 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
+from durable.decorators.archive import invocation_key, load_journal
 from durable.decorators.engine import Engine
 from durable.decorators.journal import Journal
 from durable.engine import keys
-from durable.engine.runs import Running, RunStatus, Terminated
+from durable.engine.runs import RunStatus
 from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
 
@@ -30,37 +31,62 @@ def make_engine(make_objects: Factory, clock: MockClock, **options: Any) -> Engi
 
 
 async def wait_parked(engine: Engine, run_id: str, step: int = 1) -> RunStatus:
-    """Wait until run ``run_id`` is at step ``step`` or later and not running
-    (suspended on a wait, or queued), or terminated; its status."""
+    """Wait until run ``run_id`` exists and waits durably at step ``step`` or
+    later (`WorkflowHandle.waiting`), or has terminated; its status."""
 
     async def park() -> RunStatus:
-        kv = engine.queue.kv
-        key = keys.pointer_key(run_id)
-        while True:
-            status = engine.workflows.default.status(run_id)
-            if status is not None and (
-                isinstance(status.state, Terminated)
-                or (status.current_step >= step and not isinstance(status.state, Running))
-            ):
-                return status
-            fut = kv.watch(key)  # no await since the read: no write slips through
-            try:
-                await fut  # the next settlement of the run rewrites (or deletes) it
-            finally:
-                kv.unwatch(key, fut)
+        handle = engine.handle(run_id)
+        await wait_started(engine, run_id)
+        waiting = await handle.waiting()
+        while waiting is not None and waiting.step < step:
+            waiting = await handle.waiting(after=waiting)
+        status = await handle.status()
+        assert status is not None
+        return status
 
     return await asyncio.wait_for(park(), LIMIT)
 
 
-def journal_of(engine: Engine, run_id: str) -> Journal:
-    """The journal of run ``run_id`` as the store holds it now."""
-    memo = engine.workflows.default.memos.run_memo(run_id)
-    return Journal.load(engine.queue.kv.internal(), memo, run_id)
+async def wait_started(engine: Engine, run_id: str) -> None:
+    """Wait until the store knows run ``run_id`` (a child run starts in its
+    parent's delivery): a KV watch on its step pointer, which its submission
+    writes."""
+    kv = engine.queue.kv
+    key = keys.pointer_key(run_id)
+    while engine.workflows.default.status(run_id) is None:
+        fut = kv.watch(key)  # no await since the read: no write slips through
+        try:
+            await fut
+        finally:
+            kv.unwatch(key, fut)
 
 
-def journal_names(engine: Engine, run_id: str) -> list[tuple[int, str, str]]:
+async def journal_of(engine: Engine, run_id: str) -> Journal:
+    """The journal of run ``run_id`` as the store holds it now (from its
+    archive once the run has terminated and been archived)."""
+    return await load_journal(engine, run_id)
+
+
+async def journal_names(engine: Engine, run_id: str) -> list[tuple[int, str, str]]:
     """``(position, kind, name)`` of every journal entry of a run."""
-    return [(p, e.kind, e.name) for p, e in journal_of(engine, run_id).entries()]
+    return [(p, e.kind, e.name) for p, e in (await journal_of(engine, run_id)).entries()]
+
+
+async def archived(engine: Engine, run_id: str) -> None:
+    """Wait until the terminal hook has archived run ``run_id`` (its
+    invocation record leaves the KV in that commit)."""
+
+    async def gone() -> None:
+        kv = engine.queue.kv.internal()
+        key = invocation_key(run_id)
+        while kv.get(key) is not None:
+            fut = kv.watch(key)  # no await since the read
+            try:
+                await fut
+            finally:
+                kv.unwatch(key, fut)
+
+    await asyncio.wait_for(gone(), LIMIT)
 
 
 async def result(handle: Any) -> Any:

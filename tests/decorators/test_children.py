@@ -102,7 +102,7 @@ async def test_a_child_runs_as_its_own_run_and_is_replayed(
         outcome = await engine.workflows.default.outcome(kid)
         assert outcome is not None
         assert outcome.headers == {HEADER_PARENT: "p1", HEADER_POSITION: "1"}
-        entry = journal_of(engine, "p1").get(1)
+        entry = (await journal_of(engine, "p1")).get(1)
         assert entry is not None
         assert entry.kind == CHILD
         assert entry.key == kid

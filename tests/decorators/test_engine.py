@@ -128,7 +128,7 @@ async def test_stopping_lets_the_step_in_flight_finish_and_suspends_the_run(
         assert status is not None
         assert isinstance(status.state, Pending)
         # ... and is journaled; stage 2 was left to the next process.
-        assert journal_names(engine, handle.run_id) == [
+        assert await journal_names(engine, handle.run_id) == [
             (0, STEP, stage.name),
             (1, STEP, stage.name),
         ]

@@ -12,7 +12,7 @@ from decorator_helpers import LIMIT, Factory, make_engine, result, wait_parked
 
 import durable
 from durable.engine import Cancelling, Pending, Running, TerminalStatus, Terminated
-from durable.errors import InputMismatch, InvalidArgument, NoEngine, RunCancelled
+from durable.errors import InputMismatch, NoEngine, RunCancelled, RunNotFound
 from durable.store.clock import MockClock
 
 calls: Counter[str] = Counter()
@@ -208,6 +208,8 @@ async def test_handles_are_rebuilt_after_a_restart(make_objects: Factory, clock:
         assert await result(engine.handle(pending.run_id)) == ["late", 1]
         unknown = engine.handle("no-such-run")
         assert await unknown.status() is None
-        with pytest.raises(InvalidArgument, match="unknown"):
+        with pytest.raises(RunNotFound, match=r"no-such-run.*unknown"):
             await unknown.result()
+        with pytest.raises(LookupError):  # RunNotFound is a LookupError too
+            await unknown.get("progress")
     assert calls == {"mug": 1}

@@ -28,6 +28,7 @@ from durable.decorators.jobs.registry import JOBS
 from durable.decorators.workflow import workflow
 from durable.engine.runs import TerminalStatus, Terminated
 from durable.errors import (
+    CodecError,
     DecoratorError,
     GroupMismatch,
     InputMismatch,
@@ -602,3 +603,11 @@ async def test_a_job_queue_with_concurrency_0_is_only_submitted_to(
         assert BOARD.ran("greet") == []  # this process runs no job of that queue
     async with make_engine(make_objects, clock):  # a process that runs them
         assert await result(greet.handle(handle.job_id)) == "hello, eve!"
+
+
+async def test_a_strict_codec_names_the_jobs_argument(
+    make_objects: Callable[[], ObjectStore], clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock, codec="msgpack"):
+        with pytest.raises(CodecError, match=r"argument 0 of job tests\.jobs\.receipt"):
+            await receipt.submit(Receipt("o-1", 5), 5)  # type: ignore[arg-type]

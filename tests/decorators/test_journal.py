@@ -172,7 +172,7 @@ async def test_gather_numbers_at_call_time_not_completion(
         handle = await gathered.start("t")
         assert await result(handle) == ["t-slow", "t-fast"]
         # `fast` finished first, but `slow` was called first: position 0.
-        assert journal_names(engine, handle.run_id) == [
+        assert await journal_names(engine, handle.run_id) == [
             (0, STEP, slow.name),
             (1, STEP, fast.name),
         ]
@@ -184,7 +184,7 @@ async def test_positions_follow_the_calls_not_the_awaits(
     async with make_engine(make_objects, clock) as engine:
         handle = await awaited_backwards.start("u")
         assert await result(handle) == ["u-slow", "u-fast"]
-        assert journal_names(engine, handle.run_id) == [
+        assert await journal_names(engine, handle.run_id) == [
             (0, STEP, slow.name),
             (1, STEP, fast.name),
         ]
@@ -263,7 +263,7 @@ async def test_large_results_go_to_the_run_memo_and_replay(
     async with make_engine(make_objects, clock) as engine:
         handle = await big_result.start("k3")
         await wait_parked(engine, handle.run_id)
-        entry = journal_of(engine, handle.run_id).get(0)
+        entry = (await journal_of(engine, handle.run_id)).get(0)
         assert entry is not None
         assert entry.ref
         assert entry.ok == b""

@@ -11,7 +11,7 @@ from decorator_helpers import LIMIT, Factory, make_engine, result, wait_parked
 
 import durable
 from durable.decorators.publish import published_key
-from durable.errors import InvalidArgument, NotInWorkflow
+from durable.errors import InvalidArgument, NotInWorkflow, RunNotFound
 from durable.store.clock import MockClock
 
 calls: Counter[str] = Counter()
@@ -134,6 +134,23 @@ async def test_publish_only_in_a_workflow(make_objects: Factory, clock: MockCloc
         await wait_parked(engine, handle.run_id)
 
 
+@durable.workflow
+async def publish_while_sleeping(n: int) -> None:
+    await asyncio.gather(*(durable.publish(f"k{i}", i) for i in range(n)), durable.sleep(60))
+
+
+async def test_a_gathered_publish_lands_before_the_run_suspends(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock):
+        handle = await publish_while_sleeping.start(20)
+        waiting = await asyncio.wait_for(handle.waiting(), LIMIT)
+        assert waiting is not None
+        assert waiting.signal_key is None  # parked on the sleep
+        # Every publish finished in the first delivery: none waits for the replay.
+        assert [await handle.get(f"k{i}", timeout=0) for i in range(20)] == list(range(20))
+
+
 # --------------------------------------------------------------------- fork
 
 
@@ -194,22 +211,13 @@ async def test_fork_a_terminated_fork_and_after_a_restart(
         third = await engine.fork("f1", from_step=4, new_run_id="f3")
         with pytest.raises(durable.NonDeterminismError, match="go:f1"):
             await result(third)
-        done = await order_done(engine)
-        with pytest.raises(InvalidArgument, match="no longer holds"):
-            await engine.fork(done, from_step=0)
-
-
-async def order_done(engine: durable.Engine) -> str:
-    handle = await pipeline.start(5)
-    await finish(engine, handle)
-    return handle.run_id
 
 
 async def test_fork_refuses_what_it_cannot_copy(make_objects: Factory, clock: MockClock) -> None:
     async with make_engine(make_objects, clock) as engine:
         source = await pipeline.start(1)
         await wait_parked(engine, source.run_id)
-        with pytest.raises(InvalidArgument, match="no-such-run"):
+        with pytest.raises(RunNotFound, match=r"engine\.fork.*no-such-run"):
             await engine.fork("no-such-run", from_step=0)
         for bad in (3, -1, True, "1"):
             with pytest.raises(InvalidArgument, match=rf"{source.run_id}.*from 0 to 2"):

@@ -192,7 +192,7 @@ async def test_at_most_once_never_runs_again_after_a_crash(
     async with make_engine(make_objects, clock) as engine:
         handle = await checkout.start(100)
         await asyncio.wait_for(attempt_started(1).wait(), LIMIT)
-        assert journal_names(engine, handle.run_id) == [(0, START, charge_card.name)]
+        assert await journal_names(engine, handle.run_id) == [(0, START, charge_card.name)]
         await engine.workflows.abort()  # the process dies mid-step
     async with make_engine(make_objects, clock) as engine:
         out = await result(engine.handle(handle.run_id))
@@ -205,7 +205,7 @@ async def test_steps_inside_a_step_are_plain_calls(make_objects: Factory, clock:
         handle = await nested.start(5)
         assert await result(handle) == 21
         # `outer` and the second `once`: the `once` inside `outer` took no position.
-        assert journal_names(engine, handle.run_id) == [
+        assert await journal_names(engine, handle.run_id) == [
             (0, STEP, outer.name),
             (1, STEP, once.name),
         ]

@@ -9,12 +9,13 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from decorator_helpers import Factory, make_engine, result, wait_parked
+from decorator_helpers import LIMIT, Factory, make_engine, result, wait_parked
 
 import durable
 from durable.decorators.journal import SIGNAL, SLEEP
+from durable.decorators.waiting import Waiting
 from durable.engine import SignalOutcome
-from durable.errors import NotInWorkflow
+from durable.errors import InvalidArgument, NotInWorkflow, RunNotFound
 from durable.store.clock import MockClock
 
 calls: Counter[str] = Counter()
@@ -25,6 +26,7 @@ seen: dict[str, Any] = {}
 def _fresh() -> None:
     calls.clear()
     seen.clear()
+    gates.clear()
 
 
 @durable.step
@@ -199,8 +201,6 @@ async def test_waits_are_refused_outside_a_workflow_and_inside_steps(
 
 
 async def test_wait_arguments_are_checked() -> None:
-    from durable.errors import InvalidArgument
-
     with pytest.raises(NotInWorkflow):
         durable.sleep(-1)  # outside a workflow first
     for bad in (-1, float("nan"), "soon"):
@@ -229,3 +229,135 @@ async def test_gathered_waits_each_keep_the_signal_that_ended_them(
         assert await engine.signal("first", "A") is SignalOutcome.DELIVERED
         assert await result(handle) == ["A", "B"]
         assert engine.queue.kv.scan(b"workflow/signal-", limit=10).entries == []
+
+
+# ------------------------------------------------------------ handle.waiting()
+
+gates: dict[str, asyncio.Event] = {}
+
+
+def gate(name: str) -> asyncio.Event:
+    return gates.setdefault(name, asyncio.Event())
+
+
+@durable.step
+async def held(name: str) -> str:
+    """Runs until the test opens gate ``name``; sets ``{name} entered``."""
+    gate(f"{name} entered").set()
+    await gate(name).wait()
+    return name
+
+
+@durable.workflow
+async def held_then_nap(name: str) -> str:
+    await held(name)
+    await durable.sleep(30)
+    return name
+
+
+@durable.workflow
+async def nap_then_held(name: str) -> str:
+    await durable.sleep(30)
+    return await held(name)
+
+
+async def test_waiting_describes_a_sleep(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock):
+        start = clock.now_ms()
+        handle = await napper.start(3600)
+        waiting = await asyncio.wait_for(handle.waiting(), LIMIT)
+        assert waiting == Waiting(
+            run_id=handle.run_id,
+            step=1,
+            signal_key=None,
+            until_ms=start + 3_600_000,
+            since_ms=start,
+        )
+        assert waiting.child_run_id is None
+        # Already waiting: at once, the same.
+        assert await handle.waiting(timeout=0) == waiting
+        clock.advance(3600)
+        assert await asyncio.wait_for(handle.waiting(after=waiting), LIMIT) is None  # ended
+
+
+async def test_waiting_describes_a_signal_wait(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        start = clock.now_ms()
+        handle = await approval.start("approve:w", 300)
+        waiting = await asyncio.wait_for(handle.waiting(), LIMIT)
+        assert (waiting.signal_key, waiting.until_ms, waiting.step) == (
+            "approve:w",
+            start + 300_000,
+            1,
+        )
+        await engine.signal("approve:w", "ok")
+        later = await asyncio.wait_for(handle.waiting(after=waiting), LIMIT)
+        assert later is not None
+        assert (later.signal_key, later.until_ms, later.step) == (None, start + 10_000, 2)
+        with pytest.raises(InvalidArgument, match="describes run"):
+            await engine.handle("someone-else").waiting(after=later)
+
+
+async def test_waiting_returns_once_the_run_waits(make_objects: Factory, clock: MockClock) -> None:
+    async with make_engine(make_objects, clock):
+        handle = await held_then_nap.start("h1")
+        await asyncio.wait_for(gate("h1 entered").wait(), LIMIT)
+        waiter = asyncio.ensure_future(handle.waiting())
+        await asyncio.sleep(0)
+        assert not waiter.done()  # the run runs its step
+        gate("h1").set()
+        waiting = await asyncio.wait_for(waiter, LIMIT)
+        assert waiting is not None
+        assert waiting.signal_key is None
+
+
+async def test_a_run_woken_from_its_wait_is_not_waiting(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock):
+        handle = await nap_then_held.start("h3")
+        first = await asyncio.wait_for(handle.waiting(), LIMIT)
+        assert first is not None
+        clock.advance(30)
+        await asyncio.wait_for(gate("h3 entered").wait(), LIMIT)
+        waiter = asyncio.ensure_future(handle.waiting())  # it runs its step now
+        for _ in range(10):
+            await asyncio.sleep(0)
+        assert not waiter.done()
+        gate("h3").set()
+        assert await asyncio.wait_for(waiter, LIMIT) is None  # and then it ended
+
+
+async def test_waiting_is_none_for_a_run_that_terminates_first(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        done = await quick.start()
+        assert await result(done) == "quick"
+        assert await done.waiting() is None  # had terminated
+        handle = await approval.start("approve:never", 60)
+        first = await asyncio.wait_for(handle.waiting(), LIMIT)
+        waiter = asyncio.ensure_future(handle.waiting(after=first))
+        await asyncio.sleep(0)
+        assert not waiter.done()
+        assert await handle.cancel()
+        assert await asyncio.wait_for(waiter, LIMIT) is None  # terminated while watched
+        with pytest.raises(RunNotFound, match="no-such-run"):
+            await engine.handle("no-such-run").waiting()
+
+
+async def test_waiting_times_out_on_the_engine_clock(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock):
+        handle = await held_then_nap.options(run_id="held-2").start("h2")
+        await asyncio.wait_for(gate("h2 entered").wait(), LIMIT)
+        idle = clock.sleepers
+        waiter = asyncio.ensure_future(handle.waiting(timeout=5))
+        await asyncio.wait_for(clock.wait_for_sleepers(idle + 1), LIMIT)
+        clock.advance(5)
+        await asyncio.wait({waiter}, timeout=LIMIT)
+        error = waiter.exception()
+        assert isinstance(error, TimeoutError)
+        assert "'held-2'" in str(error)
+        gate("h2").set()

@@ -119,7 +119,7 @@ class JobSubmitter(Generic[P, R]):
         fn = self.function
         engine = current_engine(f"submitting job {fn.name!r}")
         runner = runner_for(engine, fn.job_type)
-        job = fn.job_type(encode_invocation(engine.codec, fn.name, *call))
+        job = fn.job_type(encode_invocation(engine.codec, fn.name, *call, kind="job"))
         submitted = await runner.submit(job, idempotency_key=key, **self._options())
         return JobHandle(
             engine.codec, runner.runtime, submitted.id, fn.name, submitted.newly_submitted
@@ -145,7 +145,9 @@ class JobSubmitter(Generic[P, R]):
             for i, item in enumerate(given)
         ]
         runner = runner_for(engine, fn.job_type)
-        jobs = [fn.job_type(encode_invocation(engine.codec, fn.name, *c)) for c in calls]
+        jobs = [
+            fn.job_type(encode_invocation(engine.codec, fn.name, *c, kind="job")) for c in calls
+        ]
         if self.idempotency_key is not None:
             group_id = group_id_for_key(fn.name, self.idempotency_key)
         else:
