@@ -204,6 +204,11 @@ async def archive_run(engine: Engine, run_id: str) -> bool:
     for key in keys:
         kv.stage_delete(batch, key)
     await kv.commit(batch)
+    view = engine.workflows.default.view
+    if view.run_record(run_id) is None and view.terminal_record(run_id) is None:
+        # Its retention passed meanwhile: the sweep may have cleared the memo
+        # before the archive was written. Nothing may outlive the run.
+        await engine.workflows.default.memos.clear_run(run_id)
     return True
 
 

@@ -19,6 +19,7 @@ from durable.decorators import archive
 from durable.decorators.engine import Engine
 from durable.decorators.journal import INLINE_MAX, journal_prefix
 from durable.decorators.publish import published_prefix
+from durable.engine import keys
 from durable.errors import NotPublished, RunNotFound
 from durable.store.clock import MockClock
 
@@ -122,6 +123,24 @@ async def test_a_small_run_keeps_its_records_until_its_retention(
                 await handle.get("stage")
     with pytest.raises(durable.errors.InvalidArgument, match="retention"):
         Engine(retention=0)
+
+
+async def test_an_archive_written_after_the_run_was_forgotten_is_removed(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await reporter.start("late", b"l" * archive.ARCHIVE_MIN_BYTES)
+        await result(handle)
+        await archived(engine, handle.run_id)
+        # The race: the run's retention passes (its terminal record and memo
+        # go) while the hook of a redelivered notification still finds keys.
+        await engine.workflows.default.memos.clear_run(handle.run_id)
+        kv = engine.queue.kv.internal()
+        await kv.delete(keys.outcome_key(handle.run_id))
+        await kv.put(archive.invocation_key(handle.run_id), b"left behind")
+        assert await archive.archive_run(engine, handle.run_id) is True
+        assert _kv_rows(engine, handle.run_id) == []
+        assert await archive.read_archive(engine, handle.run_id) == archive.Archive()
 
 
 async def test_archiving_is_idempotent(make_objects: Factory, clock: MockClock) -> None:
