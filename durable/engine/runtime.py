@@ -456,10 +456,16 @@ class WorkflowRuntime:
         """Terminate runs whose current step was dead-lettered outside the
         runtime (by the reaper at the attempt limit, or by crash recovery at
         open): Failed with the job's last error, notification included.
-        Returns how many runs it terminated. Cheap when the dead count has
-        not changed since the last call."""
+        Returns how many runs it terminated.
+
+        The first call reads every dead job of the queue; later calls read
+        them again only when a job entered Dead since the last complete pass
+        (`Queue.dead_letter_events`, which retention sweeps do not lower:
+        a dead-letter and a dead-retention sweep in one reaper tick leave the
+        dead count unchanged, not this one), so a pass costs nothing when no
+        job died."""
         name = self.options.queue_name
-        dead = self.queue.stats(name).dead
+        dead = self.queue.dead_letter_events(name)
         if dead == self._dead_seen:
             return 0
         ended = 0
@@ -498,8 +504,8 @@ class WorkflowRuntime:
                 max_attempts=job.max_attempts,
             )
             # Only if the run record is still the one read; if a cancellation
-            # request changed it meanwhile, look again (the dead count will not
-            # change to bring this run back).
+            # request changed it meanwhile, look again (no new dead letter
+            # would bring this run back).
             if await self.queue.kv_compare_commit(key, raw, fx) is not None:
                 return 1
 

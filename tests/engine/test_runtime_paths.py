@@ -1303,6 +1303,54 @@ async def test_a_cancel_racing_the_reconciliation_cannot_strand_the_run(
         await q.close()
 
 
+async def test_a_dead_letter_and_a_dead_sweep_in_one_reaper_tick_still_end_the_run(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """An old dead step was reconciled; a step hangs; in one reaper tick the
+    reaper dead-letters it and the dead-retention sweep removes the old one.
+    The dead count is unchanged, yet the run fails with the reaper's error
+    and the hook is told."""
+    q = await open_queue(max_attempts=1, lease_duration=30.0, dead_retention=60.0)
+    gate = Gate(lambda s: Succeed(b"too late"))
+
+    async def body(step: Step) -> StepOutcome:
+        if step.run_id == "old":
+            raise StepError.permanent("the old failure")
+        return await gate(step)
+
+    hook = RecordingHook()
+    # Maintenance runs once when the worker starts, then not within the test.
+    rt = WorkflowRuntime(q, Runner(body), hook, RuntimeOptions(poll_interval=HOUR))
+    await rt.submit(RunSpec(b"x", run_id="old"))
+    assert (await finish(rt, "old")).termination.status is FAILED
+    await hook.called.wait()
+    hook.called.clear()
+    assert q.stats(QUEUE).dead == 1
+    assert await rt.reconcile_dead() == 0  # the old dead step ended its run already
+    clock.advance(40)
+    await rt.submit(RunSpec(b"x", run_id="hung"))
+    worker = rt.spawn()
+    try:
+        await gate.started.wait()
+        clock.advance(31)  # the lease ran out, and the old dead job's retention
+        assert q.reap_now() == 1  # one reaper tick: the reaper, then the sweeps
+        assert q.sweep_now().dead == 1
+        assert q.stats(QUEUE).dead == 1  # as at the last reconciliation
+        assert await rt.reconcile_dead() == 1
+        end = await asyncio.wait_for(rt.wait("hung"), 30)
+        await asyncio.wait_for(hook.called.wait(), 30)
+    finally:
+        gate.release.set()
+        await worker.shutdown()
+    t = end.termination
+    assert (t.status, t.error, t.final_step) == (FAILED, "lease expired", 0)
+    assert [(o.run_id, o.status, o.error) for o in hook.seen] == [
+        ("old", FAILED, "the old failure"),
+        ("hung", FAILED, "lease expired"),
+    ]
+    assert await rt.reconcile_dead() == 0  # nothing new: no scan
+
+
 # ----------------------------------------------------------------- 8. KV
 
 
