@@ -20,7 +20,9 @@ A run group's manifest is an object, not a KV entry: ``{memo
 prefix}/groups/{group_id}/manifest`` (`manifest_object`).
 
 Step jobs carry the dedup key ``run:{run_id}:{step}``; the terminal
-notification job ``run:{run_id}:terminal``.
+notification job ``run:{run_id}:terminal:{job_id}``, where ``job_id`` is
+the step job the run terminated at (so each incarnation of a reused run id
+gets its notification).
 """
 
 from __future__ import annotations
@@ -111,6 +113,12 @@ def step_dedup(run_id: str, step: int) -> str:
     return f"run:{run_id}:{step}"
 
 
-def notification_dedup(run_id: str) -> str:
-    """The dedup key of a run's terminal notification."""
-    return f"run:{run_id}:terminal"
+def notification_dedup(run_id: str, step_job_id: str) -> str:
+    """The dedup key of a run's terminal notification, for the termination at
+    step job ``step_job_id``.
+
+    A run id can be submitted again once its run terminated, and each of
+    its incarnations terminates once, at a step job of its own: keyed by
+    that job, a second incarnation's notification is never taken for a
+    duplicate of the first's while that one waits in the queue."""
+    return f"run:{run_id}:terminal:{step_job_id}"

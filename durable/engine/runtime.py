@@ -346,6 +346,7 @@ class WorkflowRuntime:
             record,
             termination,
             outcome,
+            step_job_id=pointer.job_id,
             priority=job.priority if job is not None else None,
             max_attempts=job.max_attempts if job is not None else None,
         )
@@ -380,19 +381,23 @@ class WorkflowRuntime:
         termination: RunTermination,
         outcome: RunOutcome,
         *,
+        step_job_id: str,
         priority: int | None,
         max_attempts: int | None,
         effects: SettlementEffects | None = None,
         record_outcome: bool = False,
     ) -> SettlementEffects:
-        """``effects`` (new if None) plus the termination of ``record``'s run:
-        the records out, the terminal record and marker in, the group member
-        record rewritten, the notification job if the hook observes it."""
+        """``effects`` (new if None) plus the termination of ``record``'s run
+        at step job ``step_job_id``: the records out, the terminal record and
+        marker in, the group member record rewritten, the notification job if
+        the hook observes it (deduplicated per termination: see
+        `keys.notification_dedup`)."""
         return terminate(
             effects if effects is not None else SettlementEffects(),
             queue=self.options.queue_name,
             termination=termination,
             outcome=outcome,
+            step_job_id=step_job_id,
             input_sha256=record.input_sha256,
             notify=self.hook.observes(outcome),
             priority=priority,
@@ -500,6 +505,7 @@ class WorkflowRuntime:
                 record,
                 termination,
                 outcome,
+                step_job_id=job.id,
                 priority=job.priority,
                 max_attempts=job.max_attempts,
             )

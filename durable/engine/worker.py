@@ -285,6 +285,7 @@ class StepWorker:
             record,
             termination,
             outcome,
+            step_job_id=rec.id,
             priority=rec.priority,
             max_attempts=rec.max_attempts,
             effects=fx,

@@ -1046,13 +1046,15 @@ async def test_cancel_of_a_scheduled_step_removes_it_and_notifies_before_returni
     await settle_step(q, sub.job_id)
     await worker.shutdown()
     assert q.stats(QUEUE).scheduled == 1
+    pointer = rt.view.pointer("sched")
+    assert pointer is not None
     assert await rt.cancel("sched") is True
     assert q.stats(QUEUE).scheduled == 0
     t = termination(rt, "sched")
     assert (t.status, t.error, t.error_kind, t.final_step) == (CANCELLED, None, None, 1)
     [note] = notifications(q, "sched")
     assert note.status is JobStatus.PENDING
-    assert note.dedup_key == "run:sched:terminal"
+    assert note.dedup_key == f"run:sched:terminal:{pointer.job_id}"  # the removed step's
     assert note.priority == 3
     assert await rt.outcome("sched") is None  # no worker recorded one
     worker = rt.spawn()
@@ -1061,6 +1063,57 @@ async def test_cancel_of_a_scheduled_step_removes_it_and_notifies_before_returni
     finally:
         await worker.shutdown()
     assert hook.seen == [RunOutcome("sched", CANCELLED, 1, headers={"u": "1"})]
+
+
+async def test_each_incarnation_of_a_reused_run_id_is_notified(open_queue: Opener) -> None:
+    """Submit x, cancel it, submit x again, cancel it again, with no worker
+    running: both notifications wait in the queue, and the hook sees two
+    outcomes."""
+    q = await open_queue()
+    hook = RecordingHook()
+    rt = WorkflowRuntime(q, Runner(chain(0)), hook)
+    for input in (b"first", b"second"):
+        sub = await rt.submit(RunSpec(input, run_id="x"))
+        assert sub.newly_submitted
+        assert await rt.cancel("x") is True
+    assert len(notifications(q, "x")) == 2
+    worker = rt.spawn()
+    try:
+        while len(hook.seen) < 2:
+            await asyncio.wait_for(hook.called.wait(), 30)
+            hook.called.clear()
+    finally:
+        await worker.shutdown()
+    assert hook.seen == [RunOutcome("x", CANCELLED, 0)] * 2
+
+
+async def test_a_termination_committed_twice_is_notified_once(open_queue: Opener) -> None:
+    """The notification is deduplicated per termination: the effects of one
+    incarnation's termination committed a second time enqueue nothing more;
+    another termination of the run id (another step job) does."""
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)), RecordingHook())
+    sub = await rt.submit(RunSpec(b"x", run_id="twice"))
+    record = rt.view.run_record("twice")
+    assert record is not None
+    termination = RunTermination(CANCELLED, 0, 1)
+    outcome = RunOutcome("twice", CANCELLED, 0)
+
+    def effects(step_job_id: str) -> SettlementEffects:
+        return rt.termination_effects(
+            record,
+            termination,
+            outcome,
+            step_job_id=step_job_id,
+            priority=None,
+            max_attempts=None,
+        )
+
+    await q.commit_effects(effects(sub.job_id))
+    await q.commit_effects(effects(sub.job_id))  # redelivered
+    assert len(notifications(q, "twice")) == 1
+    await q.commit_effects(effects(q.next_job_id()))  # another incarnation's
+    assert len(notifications(q, "twice")) == 2
 
 
 @pytest.mark.parametrize(
