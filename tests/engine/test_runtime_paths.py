@@ -1189,6 +1189,30 @@ async def test_a_runner_that_watches_the_token_cancels_with_its_reason_and_effec
     assert q.kv.get(b"app/why") == b"cooperative"
 
 
+async def test_a_runner_firing_its_own_token_cancels_only_its_own_work(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """The step's token is its own: firing it and returning Succeed succeeds
+    the run with the step's effects, and the lease still renews."""
+    q = await open_queue(lease_duration=30.0)
+    renewed: list[int] = []
+
+    async def body(step: Step) -> StepOutcome:
+        work = asyncio.ensure_future(step.cancel_token.wait())  # the step's own work
+        step.cancel_token.fire()
+        await work
+        renewed.append(step.lease.ensure_at_least(60))
+        step.effects.put(b"app/done", b"yes")
+        return Succeed(b"fine")
+
+    rt = WorkflowRuntime(q, Runner(body), RecordingHook())
+    await rt.submit(RunSpec(b"x", run_id="self-cancel"))
+    end = await finish(rt, "self-cancel")
+    assert (end.termination.status, end.outcome.result) == (SUCCEEDED, b"fine")
+    assert renewed == [clock.now_ms() + 65_000]
+    assert q.kv.get(b"app/done") == b"yes"
+
+
 async def test_a_runner_cancel_verdict_never_shows_cancelling(open_queue: Opener) -> None:
     """Cancelling is the state of an external request only."""
     q = await open_queue()
