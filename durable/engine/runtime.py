@@ -183,7 +183,10 @@ class WorkflowRuntime:
         prefix = self.options.memo_prefix or default_memo_prefix(self.options.queue_name)
         self.memos = MemoStore(queue.writer.objects, prefix)
         self.view = WorkflowView(queue.view, self.memos)
-        self._terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
+        # The markers of this runtime's runs (its queue's), and those a store
+        # written before markers were kept per queue may still hold.
+        self._terminals = ExpiryIndex(queue.kv, keys.terminals_prefix(self.options.queue_name))
+        self._legacy_terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
         #: The group markers of group retention, and their sweep.
         self.group_markers = GroupRetention(self)
         self.replays = ReplayStore(self.memos)
@@ -415,7 +418,14 @@ class WorkflowRuntime:
 
     async def sweep_memos(self) -> int:
         """Remove the memo entries and terminal records of runs whose retention
-        has passed; how many runs. A no-op without memo retention."""
+        has passed; how many runs. A no-op without memo retention.
+
+        Only this runtime's runs: the markers are kept per queue, so runtimes
+        on other queues of the store (a `JobRunner`, another runtime with
+        another retention or memo prefix) keep theirs for their own window.
+        Markers a store written before that still holds name no queue; they
+        are swept as that version did (by any runtime, with its retention).
+        """
         retention = self.options.memo_retention
         if retention is None:
             return 0
@@ -441,7 +451,9 @@ class WorkflowRuntime:
                 effects.delete(owned)
             return DeleteIf(key, raw, effects)
 
-        return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
+        now = self.clock.now_ms()
+        removed = await self._terminals.sweep(now, retention, expire)
+        return removed + await self._legacy_terminals.sweep(now, retention, expire)
 
     # ----------------------------------------------------------- run groups
 

@@ -1824,7 +1824,7 @@ async def test_terminal_markers_exist_exactly_with_memo_retention(
     plain = WorkflowRuntime(q, Runner(chain(0)))
     await plain.submit(RunSpec(b"x", run_id="unmarked"))
     await finish(plain, "unmarked")
-    prefix = engine_keys.TERMINALS_PREFIX
+    prefix = engine_keys.terminals_prefix(QUEUE)
     assert q.kv.scan(prefix, limit=10).entries == []
     kept = WorkflowRuntime(q, Runner(chain(0)), options=RuntimeOptions(memo_retention=60.0))
     await kept.submit(RunSpec(b"x", run_id="marked"))
@@ -1875,7 +1875,7 @@ async def test_the_sweep_runs_at_every_poll_interval_and_takes_replay_records(
     assert rt.status("swept") is None
     assert await rt.replays.get("swept", 0, b"x") is None
     assert await rt.memos.objects.list(rt.memos.prefix + "/") == []
-    assert q.kv.scan(engine_keys.TERMINALS_PREFIX, limit=10).entries == []
+    assert q.kv.scan(engine_keys.terminals_prefix(QUEUE), limit=10).entries == []
 
 
 async def test_a_reused_run_id_shares_memos_until_the_earlier_marker_expires(
@@ -1939,6 +1939,87 @@ async def test_an_earlier_runs_marker_spares_a_later_runs_terminal_record(
     assert rt.status("twice") is None
 
 
+async def _memo_then_succeed(step: Step) -> StepOutcome:
+    await step.run_memo.put("k", step.run_id)
+    return Succeed(b"done")
+
+
+async def test_a_runtime_sweeps_only_its_own_runs_with_its_own_retention(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """Runtimes on queues "long" (retention 1 h) and "short" (10 s) share a
+    store: 11 s after both ended a run, the short runtime sweeps its own run
+    and leaves the long one (status and memo objects); the long runtime
+    removes that one after its hour."""
+    q = await open_queue()
+    runner = Runner(_memo_then_succeed)
+    long = WorkflowRuntime(q, runner, options=RuntimeOptions("long", memo_retention=3600.0))
+    short = WorkflowRuntime(q, runner, options=RuntimeOptions("short", memo_retention=10.0))
+    for rt, run_id in ((long, "long-run"), (short, "short-run")):
+        await rt.submit(RunSpec(b"x", run_id=run_id))
+        await finish(rt, run_id)
+    clock.advance(11)
+    assert await short.sweep_memos() == 1
+    assert short.status("short-run") is None
+    assert await long.sweep_memos() == 0
+    termination(long, "long-run")  # still there
+    assert await long.memos.run_memo("long-run").get("k") == "long-run"
+    clock.advance(3600)
+    assert await short.sweep_memos() == 0
+    assert await long.sweep_memos() == 1
+    assert long.status("long-run") is None
+    for rt in (long, short):
+        assert await rt.memos.objects.list(rt.memos.prefix + "/") == []
+
+
+async def test_runtimes_sharing_a_memo_prefix_each_sweep_their_own_queue(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """As the decorators run them: one runtime per queue, one memo prefix,
+    one retention. Each sweeps the runs its queue ended."""
+    q = await open_queue()
+    runner = Runner(_memo_then_succeed)
+    runtimes = [
+        WorkflowRuntime(
+            q, runner, options=RuntimeOptions(name, memo_prefix="shared", memo_retention=60.0)
+        )
+        for name in ("a", "b")
+    ]
+    for rt in runtimes:
+        await rt.submit(RunSpec(b"x", run_id=f"on-{rt.options.queue_name}"))
+        await finish(rt, f"on-{rt.options.queue_name}")
+    clock.advance(60)
+    assert [await rt.sweep_memos() for rt in runtimes] == [1, 1]
+    assert [rt.status(f"on-{rt.options.queue_name}") for rt in runtimes] == [None, None]
+    assert await q.writer.objects.list("shared/") == []
+
+
+async def test_markers_a_store_wrote_before_markers_were_per_queue_are_still_swept(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """A marker under the old key (no queue in it) is read by the next
+    process and swept at its retention with the run's memo objects."""
+    q = await open_queue()
+    options = RuntimeOptions(memo_retention=60.0)
+    rt = WorkflowRuntime(q, Runner(_memo_then_succeed), options=options)
+    await rt.submit(RunSpec(b"x", run_id="old"))
+    await finish(rt, "old")
+    [(marker, _)] = q.kv.scan(engine_keys.terminals_prefix(QUEUE), limit=10).entries
+    at_ms = termination(rt, "old").terminated_at_ms
+    legacy = engine_keys.TERMINALS_PREFIX + at_ms.to_bytes(8, "big") + b"old"
+    await q.commit_effects(SettlementEffects().kv_delete(marker).kv_put(legacy, b""))
+    await q.close()
+    q2 = await open_queue()
+    rt2 = WorkflowRuntime(q2, Runner(_memo_then_succeed), options=options)
+    clock.advance(59)
+    assert await rt2.sweep_memos() == 0
+    clock.advance(1)
+    assert await rt2.sweep_memos() == 1
+    assert rt2.status("old") is None
+    assert await rt2.memos.objects.list(rt2.memos.prefix + "/") == []
+    assert q2.kv.scan(engine_keys.TERMINALS_PREFIX, limit=10).entries == []
+
+
 # ------------------------------------------------------------------ 13. time
 
 
@@ -1956,7 +2037,7 @@ async def _check_timestamps(q: Any, rt: WorkflowRuntime, rt_clock: MockClock) ->
     rt_clock.advance(1)
     end = await finish(rt, "ok")
     assert end.termination.terminated_at_ms == rt_clock.now_ms()
-    [(marker, _)] = q.kv.scan(engine_keys.TERMINALS_PREFIX, limit=10).entries
+    [(marker, _)] = q.kv.scan(engine_keys.terminals_prefix(QUEUE), limit=10).entries
     assert marker == rt._terminals.entry_key(rt_clock.now_ms(), b"ok")
     sub = await rt.submit(RunSpec(b"delay", run_id="delay"))
     worker = rt.spawn()
