@@ -48,6 +48,9 @@ class Step:
     #: Claims of this step so far, this one included.
     attempts: int
     max_attempts: int
+    #: Fired when the run is cancelled from outside (`WorkflowRuntime.cancel`,
+    #: the queue's cancel). A child of the claim's token: the runner may fire
+    #: it to stop its own work, which cancels neither the run nor the lease.
     cancel_token: CancelToken
     lease: LeaseHandle
     memo: Memo
@@ -77,6 +80,7 @@ class Step:
         """A step bound to no queue: a fresh memory memo store, a lease that
         extends without effect, a token nobody fires."""
         memos = memos or MemoStore(MemoryObjectStore(), "detached-memo")
+        lease = LeaseHandle.detached()
         return cls(
             run_id=run_id,
             step_number=step_number,
@@ -85,8 +89,8 @@ class Step:
             job_id="detached-job",
             attempts=attempts,
             max_attempts=max_attempts,
-            cancel_token=CancelToken(),
-            lease=LeaseHandle.detached(),
+            cancel_token=lease.cancel_token.child(),
+            lease=lease,
             memo=memos.step_memo(run_id, step_number),
             run_memo=memos.run_memo(run_id),
             signal=signal,

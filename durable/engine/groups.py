@@ -23,9 +23,10 @@ those records:
   `forget` removes everything the group left in the store.
 
 With ``RuntimeOptions.group_retention``, a `results` consumer that saw the
-last termination writes a group marker (an `ExpiryIndex` entry under
-``workflow/group-terminals/``); the runtime's maintenance loop forgets the
-group one retention window later (`GroupRetention`). A group whose results
+last termination writes a group marker (an `ExpiryIndex` entry of the
+runtime's queue, `keys.group_terminals_prefix`); the maintenance loop of
+the runtime on that queue forgets the group one retention window later
+(`GroupRetention`), and no other runtime touches it. A group whose results
 are never consumed is kept until it is forgotten.
 """
 
@@ -452,11 +453,14 @@ class GroupRetention:
     the next consumer that sees the end writes a new one.
     """
 
-    __slots__ = ("_index", "_rt")
+    __slots__ = ("_index", "_legacy", "_rt")
 
     def __init__(self, runtime: WorkflowRuntime) -> None:
         self._rt = runtime
-        self._index = ExpiryIndex(runtime.queue.kv, keys.GROUP_TERMINALS_PREFIX)
+        kv = runtime.queue.kv
+        self._index = ExpiryIndex(kv, keys.group_terminals_prefix(runtime.options.queue_name))
+        #: Markers written before they were kept per queue (swept, never written).
+        self._legacy = ExpiryIndex(kv, keys.GROUP_TERMINALS_PREFIX)
 
     async def mark(self, group_id: str) -> bool:
         """Write the marker of ``group_id`` now; False (nothing written) without
@@ -467,8 +471,12 @@ class GroupRetention:
         return True
 
     async def sweep(self) -> int:
-        """Forget the groups whose marker is a retention window old; how many
-        markers were removed. A no-op without a group retention."""
+        """Forget this runtime's groups whose marker is a retention window old;
+        how many markers were removed. A no-op without a group retention.
+
+        Markers are kept per queue: another runtime's groups are left to it.
+        Markers a store written before that still holds name no queue; they
+        are swept as that version did (by any runtime, with its retention)."""
         retention = self._rt.options.group_retention
         if retention is None:
             return 0
@@ -487,7 +495,9 @@ class GroupRetention:
             await group.forget()
             return Delete()
 
-        return await self._index.sweep(self._rt.clock.now_ms(), retention, expire)
+        now = self._rt.clock.now_ms()
+        removed = await self._index.sweep(now, retention, expire)
+        return removed + await self._legacy.sweep(now, retention, expire)
 
 
 def _is_active(record: MemberRecord | None) -> bool:

@@ -183,7 +183,10 @@ class WorkflowRuntime:
         prefix = self.options.memo_prefix or default_memo_prefix(self.options.queue_name)
         self.memos = MemoStore(queue.writer.objects, prefix)
         self.view = WorkflowView(queue.view, self.memos)
-        self._terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
+        # The markers of this runtime's runs (its queue's), and those a store
+        # written before markers were kept per queue may still hold.
+        self._terminals = ExpiryIndex(queue.kv, keys.terminals_prefix(self.options.queue_name))
+        self._legacy_terminals = ExpiryIndex(queue.kv, keys.TERMINALS_PREFIX)
         #: The group markers of group retention, and their sweep.
         self.group_markers = GroupRetention(self)
         self.replays = ReplayStore(self.memos)
@@ -346,6 +349,7 @@ class WorkflowRuntime:
             record,
             termination,
             outcome,
+            step_job_id=pointer.job_id,
             priority=job.priority if job is not None else None,
             max_attempts=job.max_attempts if job is not None else None,
         )
@@ -380,19 +384,23 @@ class WorkflowRuntime:
         termination: RunTermination,
         outcome: RunOutcome,
         *,
+        step_job_id: str,
         priority: int | None,
         max_attempts: int | None,
         effects: SettlementEffects | None = None,
         record_outcome: bool = False,
     ) -> SettlementEffects:
-        """``effects`` (new if None) plus the termination of ``record``'s run:
-        the records out, the terminal record and marker in, the group member
-        record rewritten, the notification job if the hook observes it."""
+        """``effects`` (new if None) plus the termination of ``record``'s run
+        at step job ``step_job_id``: the records out, the terminal record and
+        marker in, the group member record rewritten, the notification job if
+        the hook observes it (deduplicated per termination: see
+        `keys.notification_dedup`)."""
         return terminate(
             effects if effects is not None else SettlementEffects(),
             queue=self.options.queue_name,
             termination=termination,
             outcome=outcome,
+            step_job_id=step_job_id,
             input_sha256=record.input_sha256,
             notify=self.hook.observes(outcome),
             priority=priority,
@@ -410,7 +418,14 @@ class WorkflowRuntime:
 
     async def sweep_memos(self) -> int:
         """Remove the memo entries and terminal records of runs whose retention
-        has passed; how many runs. A no-op without memo retention."""
+        has passed; how many runs. A no-op without memo retention.
+
+        Only this runtime's runs: the markers are kept per queue, so runtimes
+        on other queues of the store (a `JobRunner`, another runtime with
+        another retention or memo prefix) keep theirs for their own window.
+        Markers a store written before that still holds name no queue; they
+        are swept as that version did (by any runtime, with its retention).
+        """
         retention = self.options.memo_retention
         if retention is None:
             return 0
@@ -436,7 +451,9 @@ class WorkflowRuntime:
                 effects.delete(owned)
             return DeleteIf(key, raw, effects)
 
-        return await self._terminals.sweep(self.clock.now_ms(), retention, expire)
+        now = self.clock.now_ms()
+        removed = await self._terminals.sweep(now, retention, expire)
+        return removed + await self._legacy_terminals.sweep(now, retention, expire)
 
     # ----------------------------------------------------------- run groups
 
@@ -456,10 +473,16 @@ class WorkflowRuntime:
         """Terminate runs whose current step was dead-lettered outside the
         runtime (by the reaper at the attempt limit, or by crash recovery at
         open): Failed with the job's last error, notification included.
-        Returns how many runs it terminated. Cheap when the dead count has
-        not changed since the last call."""
+        Returns how many runs it terminated.
+
+        The first call reads every dead job of the queue; later calls read
+        them again only when a job entered Dead since the last complete pass
+        (`Queue.dead_letter_events`, which retention sweeps do not lower:
+        a dead-letter and a dead-retention sweep in one reaper tick leave the
+        dead count unchanged, not this one), so a pass costs nothing when no
+        job died."""
         name = self.options.queue_name
-        dead = self.queue.stats(name).dead
+        dead = self.queue.dead_letter_events(name)
         if dead == self._dead_seen:
             return 0
         ended = 0
@@ -494,12 +517,13 @@ class WorkflowRuntime:
                 record,
                 termination,
                 outcome,
+                step_job_id=job.id,
                 priority=job.priority,
                 max_attempts=job.max_attempts,
             )
             # Only if the run record is still the one read; if a cancellation
-            # request changed it meanwhile, look again (the dead count will not
-            # change to bring this run back).
+            # request changed it meanwhile, look again (no new dead letter
+            # would bring this run back).
             if await self.queue.kv_compare_commit(key, raw, fx) is not None:
                 return 1
 

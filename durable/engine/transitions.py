@@ -152,6 +152,7 @@ def terminate(
     queue: str,
     termination: RunTermination,
     outcome: RunOutcome,
+    step_job_id: str,
     input_sha256: bytes | None,
     notify: bool,
     priority: int | None,
@@ -160,9 +161,10 @@ def terminate(
     record_outcome: bool = False,
     member: GroupMembership | None = None,
 ) -> SettlementEffects:
-    """Add a run's termination to ``effects``: records out, terminal record
-    in (with the outcome when ``record_outcome``), the terminal marker (memo
-    retention), and the notification job when the hook observes the outcome."""
+    """Add a run's termination at step job ``step_job_id`` to ``effects``:
+    records out, terminal record in (with the outcome when
+    ``record_outcome``), the terminal marker (memo retention), and the
+    notification job when the hook observes the outcome."""
     run_id = outcome.run_id
     effects.kv_delete(keys.run_key(run_id))
     effects.kv_delete(keys.pointer_key(run_id))
@@ -180,7 +182,7 @@ def terminate(
             queue,
             encode_run_outcome(outcome),
             EnqueueOptions(
-                dedup_key=keys.notification_dedup(run_id),
+                dedup_key=keys.notification_dedup(run_id, step_job_id),
                 priority=priority,
                 max_attempts=max_attempts,
                 headers={HEADER_RUN_ID: run_id, HEADER_TERMINAL: "1"},

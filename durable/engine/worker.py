@@ -130,7 +130,9 @@ class StepWorker:
             job_id=rec.id,
             attempts=rec.attempts,
             max_attempts=max(rec.max_attempts, 1),  # the queue reads 0 as 1
-            cancel_token=job.cancel_token,
+            # The step's own token: it fires with the claim's (an external
+            # cancel), but the runner firing it cancels only its own work.
+            cancel_token=job.cancel_token.child(),
             lease=lease,
             memo=self.rt.memos.step_memo(run_id, step),
             run_memo=self.rt.memos.run_memo(run_id),
@@ -162,7 +164,7 @@ class StepWorker:
                     "not a StepOutcome"
                 )
                 outcome = None
-        external = job.cancel_token.is_cancelled()
+        external = job.cancel_token.is_cancelled()  # the claim's: fired from outside only
         if replay and stored is None and error is None and not external:
             assert outcome is not None
             puts, deletes = delivery.effects.staged()
@@ -285,6 +287,7 @@ class StepWorker:
             record,
             termination,
             outcome,
+            step_job_id=rec.id,
             priority=rec.priority,
             max_attempts=rec.max_attempts,
             effects=fx,

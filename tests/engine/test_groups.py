@@ -50,7 +50,7 @@ from durable.errors import (
 )
 from durable.store.clock import MockClock
 from durable.store.objects.faults import FaultyObjectStore, SimulatedCrash
-from durable.store.queue import OpenOptions, Queue, QueueConfig
+from durable.store.queue import OpenOptions, Queue, QueueConfig, SettlementEffects
 
 SUCCEEDED, FAILED, CANCELLED = (
     TerminalStatus.SUCCEEDED,
@@ -547,7 +547,7 @@ async def test_group_retention_forgets_a_consumed_group_a_window_later(
     await ignored.submit(members("a"))
     await run_until(rt, lambda: rt.wait(ignored.run_id("a")))
     await drain(consumed)  # observes the last termination: the marker is written
-    markers = q.kv.scan(engine_keys.GROUP_TERMINALS_PREFIX, limit=10).entries
+    markers = q.kv.scan(engine_keys.group_terminals_prefix(QUEUE), limit=10).entries
     assert [k.endswith(b"consumed") for k, _ in markers] == [True]
     clock.advance(59)
     assert await rt.sweep_groups() == 0
@@ -588,6 +588,57 @@ async def test_group_retention_spares_a_group_submitted_again_since_its_marker(
     assert await group.status() == GroupStatus(1, 0, 1, 0, 0)  # newer than the marker: kept
 
 
+async def test_a_runtime_forgets_only_its_own_groups_with_its_own_retention(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """Runtimes on queues "long" (group retention 1 h) and "short" (10 s):
+    the short one's sweep forgets its own consumed group, never the long
+    one's, whose runtime forgets it after its hour."""
+    q = await open_queue()
+    long = WorkflowRuntime(q, Script(), options=RuntimeOptions("long", group_retention=3600.0))
+    short = WorkflowRuntime(q, Script(), options=RuntimeOptions("short", group_retention=10.0))
+    for rt in (long, short):
+        group = rt.group(f"of-{rt.options.queue_name}")
+        await group.submit(members("a"))
+        await run_until(rt, lambda group=group: drain(group))  # consumed: marked
+    clock.advance(11)
+    assert await short.sweep_groups() == 1
+    with pytest.raises(GroupNotFound):
+        await short.group("of-short").status()
+    assert await long.sweep_groups() == 0
+    assert (await long.group("of-long").status()).succeeded == 1
+    clock.advance(3600)
+    assert await short.sweep_groups() == 0
+    assert await long.sweep_groups() == 1
+    with pytest.raises(GroupNotFound):
+        await long.group("of-long").status()
+
+
+async def test_group_markers_a_store_wrote_before_they_were_per_queue_are_still_swept(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    q = await open_queue()
+    options = RuntimeOptions(group_retention=60.0)
+    rt = WorkflowRuntime(q, Script(), options=options)
+    group = rt.group("old")
+    await group.submit(members("a"))
+    await run_until(rt, lambda: drain(group))
+    [(marker, _)] = q.kv.scan(engine_keys.group_terminals_prefix(QUEUE), limit=10).entries
+    at = marker[len(engine_keys.group_terminals_prefix(QUEUE)) :][:8]
+    legacy = engine_keys.GROUP_TERMINALS_PREFIX + at + b"old"
+    await q.commit_effects(SettlementEffects().kv_delete(marker).kv_put(legacy, b""))
+    await q.close()
+    q2 = await open_queue()
+    rt2 = WorkflowRuntime(q2, Script(), options=options)
+    clock.advance(59)
+    assert await rt2.sweep_groups() == 0
+    clock.advance(1)
+    assert await rt2.sweep_groups() == 1
+    with pytest.raises(GroupNotFound):
+        await rt2.group("old").status()
+    assert q2.kv.scan(engine_keys.GROUP_TERMINALS_PREFIX, limit=10).entries == []
+
+
 async def test_group_retention_runs_in_the_maintenance_loop_after_a_restart(
     open_queue: Opener, clock: MockClock
 ) -> None:
@@ -603,7 +654,7 @@ async def test_group_retention_runs_in_the_maintenance_loop_after_a_restart(
     manifest = engine_keys.manifest_object(rt2.memos.prefix, "swept")
     record = engine_keys.member_key("swept", "a")
     assert q2.kv.get(record) is not None
-    [(marker, _)] = q2.kv.scan(engine_keys.GROUP_TERMINALS_PREFIX, limit=10).entries
+    [(marker, _)] = q2.kv.scan(engine_keys.group_terminals_prefix(QUEUE), limit=10).entries
     worker = rt2.spawn()
     try:
         await clock.wait_for_sleepers(BG + 2)  # the idle worker and maintenance

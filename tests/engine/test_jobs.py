@@ -14,9 +14,19 @@ from typing import Any, ClassVar
 
 import msgpack
 import pytest
-from engine_helpers import BG, QUEUE, Opener
+from engine_helpers import BG, QUEUE, Opener, Runner
 
-from durable.engine import StepError, StepErrorKind, Terminated
+from durable.engine import (
+    RunSpec,
+    RuntimeOptions,
+    Step,
+    StepError,
+    StepErrorKind,
+    StepOutcome,
+    Succeed,
+    Terminated,
+    WorkflowRuntime,
+)
 from durable.engine.groups import GroupStatus, member_run_id
 from durable.engine.jobs import (
     DEFAULT_JOBS_QUEUE,
@@ -415,6 +425,42 @@ async def test_idempotency_and_results_survive_a_restart(open_queue: Opener) -> 
     assert (still.id, still.newly_submitted) == (pending.id, False)
     assert (await running(fresh, lambda: still))["label"] == "later"
     assert plan.ran == [("later", 1)]
+
+
+async def test_a_job_runner_and_a_workflow_runtime_on_one_store_keep_their_own_retention(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """A job runner (result retention 10 s) sweeps its finished jobs, never
+    the runs a workflow runtime on the same store ended (memo retention 1 h),
+    and the other way round."""
+    q = await open_queue()
+    runner = make_runner(q, Task, queue_name="jobs", result_retention=10.0)
+    runner.provide(Plan())
+    job = await runner.submit(Task("quick"))
+    await running(runner, job.result)
+
+    async def body(step: Step) -> StepOutcome:
+        return Succeed(b"wf")
+
+    runtime = WorkflowRuntime(q, Runner(body), options=RuntimeOptions(memo_retention=3600.0))
+    await runtime.submit(RunSpec(b"x", run_id="workflow-run"))
+    worker = runtime.spawn()
+    try:
+        end = await asyncio.wait_for(runtime.wait("workflow-run"), 30)
+    finally:
+        await worker.shutdown()
+    assert end.outcome.result == b"wf"
+    clock.advance(11)
+    assert await runtime.sweep_memos() == 0  # the job is not the runtime's
+    assert await runner.runtime.sweep_memos() == 1
+    assert await job.fetch_result() is None
+    status = runtime.status("workflow-run")
+    assert status is not None
+    assert isinstance(status.state, Terminated)
+    clock.advance(3600)
+    assert await runner.runtime.sweep_memos() == 0
+    assert await runtime.sweep_memos() == 1
+    assert runtime.status("workflow-run") is None
 
 
 async def test_a_key_runs_again_once_result_retention_removed_the_job(

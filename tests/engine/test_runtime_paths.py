@@ -1046,13 +1046,15 @@ async def test_cancel_of_a_scheduled_step_removes_it_and_notifies_before_returni
     await settle_step(q, sub.job_id)
     await worker.shutdown()
     assert q.stats(QUEUE).scheduled == 1
+    pointer = rt.view.pointer("sched")
+    assert pointer is not None
     assert await rt.cancel("sched") is True
     assert q.stats(QUEUE).scheduled == 0
     t = termination(rt, "sched")
     assert (t.status, t.error, t.error_kind, t.final_step) == (CANCELLED, None, None, 1)
     [note] = notifications(q, "sched")
     assert note.status is JobStatus.PENDING
-    assert note.dedup_key == "run:sched:terminal"
+    assert note.dedup_key == f"run:sched:terminal:{pointer.job_id}"  # the removed step's
     assert note.priority == 3
     assert await rt.outcome("sched") is None  # no worker recorded one
     worker = rt.spawn()
@@ -1061,6 +1063,57 @@ async def test_cancel_of_a_scheduled_step_removes_it_and_notifies_before_returni
     finally:
         await worker.shutdown()
     assert hook.seen == [RunOutcome("sched", CANCELLED, 1, headers={"u": "1"})]
+
+
+async def test_each_incarnation_of_a_reused_run_id_is_notified(open_queue: Opener) -> None:
+    """Submit x, cancel it, submit x again, cancel it again, with no worker
+    running: both notifications wait in the queue, and the hook sees two
+    outcomes."""
+    q = await open_queue()
+    hook = RecordingHook()
+    rt = WorkflowRuntime(q, Runner(chain(0)), hook)
+    for input in (b"first", b"second"):
+        sub = await rt.submit(RunSpec(input, run_id="x"))
+        assert sub.newly_submitted
+        assert await rt.cancel("x") is True
+    assert len(notifications(q, "x")) == 2
+    worker = rt.spawn()
+    try:
+        while len(hook.seen) < 2:
+            await asyncio.wait_for(hook.called.wait(), 30)
+            hook.called.clear()
+    finally:
+        await worker.shutdown()
+    assert hook.seen == [RunOutcome("x", CANCELLED, 0)] * 2
+
+
+async def test_a_termination_committed_twice_is_notified_once(open_queue: Opener) -> None:
+    """The notification is deduplicated per termination: the effects of one
+    incarnation's termination committed a second time enqueue nothing more;
+    another termination of the run id (another step job) does."""
+    q = await open_queue()
+    rt = WorkflowRuntime(q, Runner(chain(0)), RecordingHook())
+    sub = await rt.submit(RunSpec(b"x", run_id="twice"))
+    record = rt.view.run_record("twice")
+    assert record is not None
+    termination = RunTermination(CANCELLED, 0, 1)
+    outcome = RunOutcome("twice", CANCELLED, 0)
+
+    def effects(step_job_id: str) -> SettlementEffects:
+        return rt.termination_effects(
+            record,
+            termination,
+            outcome,
+            step_job_id=step_job_id,
+            priority=None,
+            max_attempts=None,
+        )
+
+    await q.commit_effects(effects(sub.job_id))
+    await q.commit_effects(effects(sub.job_id))  # redelivered
+    assert len(notifications(q, "twice")) == 1
+    await q.commit_effects(effects(q.next_job_id()))  # another incarnation's
+    assert len(notifications(q, "twice")) == 2
 
 
 @pytest.mark.parametrize(
@@ -1134,6 +1187,30 @@ async def test_a_runner_that_watches_the_token_cancels_with_its_reason_and_effec
         await worker.shutdown()
     assert (end.termination.status, end.termination.error) == (CANCELLED, "cooperative")
     assert q.kv.get(b"app/why") == b"cooperative"
+
+
+async def test_a_runner_firing_its_own_token_cancels_only_its_own_work(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """The step's token is its own: firing it and returning Succeed succeeds
+    the run with the step's effects, and the lease still renews."""
+    q = await open_queue(lease_duration=30.0)
+    renewed: list[int] = []
+
+    async def body(step: Step) -> StepOutcome:
+        work = asyncio.ensure_future(step.cancel_token.wait())  # the step's own work
+        step.cancel_token.fire()
+        await work
+        renewed.append(step.lease.ensure_at_least(60))
+        step.effects.put(b"app/done", b"yes")
+        return Succeed(b"fine")
+
+    rt = WorkflowRuntime(q, Runner(body), RecordingHook())
+    await rt.submit(RunSpec(b"x", run_id="self-cancel"))
+    end = await finish(rt, "self-cancel")
+    assert (end.termination.status, end.outcome.result) == (SUCCEEDED, b"fine")
+    assert renewed == [clock.now_ms() + 65_000]
+    assert q.kv.get(b"app/done") == b"yes"
 
 
 async def test_a_runner_cancel_verdict_never_shows_cancelling(open_queue: Opener) -> None:
@@ -1301,6 +1378,54 @@ async def test_a_cancel_racing_the_reconciliation_cannot_strand_the_run(
         assert len(notifications(q, "raced")) == 1
     finally:
         await q.close()
+
+
+async def test_a_dead_letter_and_a_dead_sweep_in_one_reaper_tick_still_end_the_run(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """An old dead step was reconciled; a step hangs; in one reaper tick the
+    reaper dead-letters it and the dead-retention sweep removes the old one.
+    The dead count is unchanged, yet the run fails with the reaper's error
+    and the hook is told."""
+    q = await open_queue(max_attempts=1, lease_duration=30.0, dead_retention=60.0)
+    gate = Gate(lambda s: Succeed(b"too late"))
+
+    async def body(step: Step) -> StepOutcome:
+        if step.run_id == "old":
+            raise StepError.permanent("the old failure")
+        return await gate(step)
+
+    hook = RecordingHook()
+    # Maintenance runs once when the worker starts, then not within the test.
+    rt = WorkflowRuntime(q, Runner(body), hook, RuntimeOptions(poll_interval=HOUR))
+    await rt.submit(RunSpec(b"x", run_id="old"))
+    assert (await finish(rt, "old")).termination.status is FAILED
+    await hook.called.wait()
+    hook.called.clear()
+    assert q.stats(QUEUE).dead == 1
+    assert await rt.reconcile_dead() == 0  # the old dead step ended its run already
+    clock.advance(40)
+    await rt.submit(RunSpec(b"x", run_id="hung"))
+    worker = rt.spawn()
+    try:
+        await gate.started.wait()
+        clock.advance(31)  # the lease ran out, and the old dead job's retention
+        assert q.reap_now() == 1  # one reaper tick: the reaper, then the sweeps
+        assert q.sweep_now().dead == 1
+        assert q.stats(QUEUE).dead == 1  # as at the last reconciliation
+        assert await rt.reconcile_dead() == 1
+        end = await asyncio.wait_for(rt.wait("hung"), 30)
+        await asyncio.wait_for(hook.called.wait(), 30)
+    finally:
+        gate.release.set()
+        await worker.shutdown()
+    t = end.termination
+    assert (t.status, t.error, t.final_step) == (FAILED, "lease expired", 0)
+    assert [(o.run_id, o.status, o.error) for o in hook.seen] == [
+        ("old", FAILED, "the old failure"),
+        ("hung", FAILED, "lease expired"),
+    ]
+    assert await rt.reconcile_dead() == 0  # nothing new: no scan
 
 
 # ----------------------------------------------------------------- 8. KV
@@ -1699,7 +1824,7 @@ async def test_terminal_markers_exist_exactly_with_memo_retention(
     plain = WorkflowRuntime(q, Runner(chain(0)))
     await plain.submit(RunSpec(b"x", run_id="unmarked"))
     await finish(plain, "unmarked")
-    prefix = engine_keys.TERMINALS_PREFIX
+    prefix = engine_keys.terminals_prefix(QUEUE)
     assert q.kv.scan(prefix, limit=10).entries == []
     kept = WorkflowRuntime(q, Runner(chain(0)), options=RuntimeOptions(memo_retention=60.0))
     await kept.submit(RunSpec(b"x", run_id="marked"))
@@ -1750,7 +1875,7 @@ async def test_the_sweep_runs_at_every_poll_interval_and_takes_replay_records(
     assert rt.status("swept") is None
     assert await rt.replays.get("swept", 0, b"x") is None
     assert await rt.memos.objects.list(rt.memos.prefix + "/") == []
-    assert q.kv.scan(engine_keys.TERMINALS_PREFIX, limit=10).entries == []
+    assert q.kv.scan(engine_keys.terminals_prefix(QUEUE), limit=10).entries == []
 
 
 async def test_a_reused_run_id_shares_memos_until_the_earlier_marker_expires(
@@ -1814,6 +1939,87 @@ async def test_an_earlier_runs_marker_spares_a_later_runs_terminal_record(
     assert rt.status("twice") is None
 
 
+async def _memo_then_succeed(step: Step) -> StepOutcome:
+    await step.run_memo.put("k", step.run_id)
+    return Succeed(b"done")
+
+
+async def test_a_runtime_sweeps_only_its_own_runs_with_its_own_retention(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """Runtimes on queues "long" (retention 1 h) and "short" (10 s) share a
+    store: 11 s after both ended a run, the short runtime sweeps its own run
+    and leaves the long one (status and memo objects); the long runtime
+    removes that one after its hour."""
+    q = await open_queue()
+    runner = Runner(_memo_then_succeed)
+    long = WorkflowRuntime(q, runner, options=RuntimeOptions("long", memo_retention=3600.0))
+    short = WorkflowRuntime(q, runner, options=RuntimeOptions("short", memo_retention=10.0))
+    for rt, run_id in ((long, "long-run"), (short, "short-run")):
+        await rt.submit(RunSpec(b"x", run_id=run_id))
+        await finish(rt, run_id)
+    clock.advance(11)
+    assert await short.sweep_memos() == 1
+    assert short.status("short-run") is None
+    assert await long.sweep_memos() == 0
+    termination(long, "long-run")  # still there
+    assert await long.memos.run_memo("long-run").get("k") == "long-run"
+    clock.advance(3600)
+    assert await short.sweep_memos() == 0
+    assert await long.sweep_memos() == 1
+    assert long.status("long-run") is None
+    for rt in (long, short):
+        assert await rt.memos.objects.list(rt.memos.prefix + "/") == []
+
+
+async def test_runtimes_sharing_a_memo_prefix_each_sweep_their_own_queue(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """As the decorators run them: one runtime per queue, one memo prefix,
+    one retention. Each sweeps the runs its queue ended."""
+    q = await open_queue()
+    runner = Runner(_memo_then_succeed)
+    runtimes = [
+        WorkflowRuntime(
+            q, runner, options=RuntimeOptions(name, memo_prefix="shared", memo_retention=60.0)
+        )
+        for name in ("a", "b")
+    ]
+    for rt in runtimes:
+        await rt.submit(RunSpec(b"x", run_id=f"on-{rt.options.queue_name}"))
+        await finish(rt, f"on-{rt.options.queue_name}")
+    clock.advance(60)
+    assert [await rt.sweep_memos() for rt in runtimes] == [1, 1]
+    assert [rt.status(f"on-{rt.options.queue_name}") for rt in runtimes] == [None, None]
+    assert await q.writer.objects.list("shared/") == []
+
+
+async def test_markers_a_store_wrote_before_markers_were_per_queue_are_still_swept(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """A marker under the old key (no queue in it) is read by the next
+    process and swept at its retention with the run's memo objects."""
+    q = await open_queue()
+    options = RuntimeOptions(memo_retention=60.0)
+    rt = WorkflowRuntime(q, Runner(_memo_then_succeed), options=options)
+    await rt.submit(RunSpec(b"x", run_id="old"))
+    await finish(rt, "old")
+    [(marker, _)] = q.kv.scan(engine_keys.terminals_prefix(QUEUE), limit=10).entries
+    at_ms = termination(rt, "old").terminated_at_ms
+    legacy = engine_keys.TERMINALS_PREFIX + at_ms.to_bytes(8, "big") + b"old"
+    await q.commit_effects(SettlementEffects().kv_delete(marker).kv_put(legacy, b""))
+    await q.close()
+    q2 = await open_queue()
+    rt2 = WorkflowRuntime(q2, Runner(_memo_then_succeed), options=options)
+    clock.advance(59)
+    assert await rt2.sweep_memos() == 0
+    clock.advance(1)
+    assert await rt2.sweep_memos() == 1
+    assert rt2.status("old") is None
+    assert await rt2.memos.objects.list(rt2.memos.prefix + "/") == []
+    assert q2.kv.scan(engine_keys.TERMINALS_PREFIX, limit=10).entries == []
+
+
 # ------------------------------------------------------------------ 13. time
 
 
@@ -1831,7 +2037,7 @@ async def _check_timestamps(q: Any, rt: WorkflowRuntime, rt_clock: MockClock) ->
     rt_clock.advance(1)
     end = await finish(rt, "ok")
     assert end.termination.terminated_at_ms == rt_clock.now_ms()
-    [(marker, _)] = q.kv.scan(engine_keys.TERMINALS_PREFIX, limit=10).entries
+    [(marker, _)] = q.kv.scan(engine_keys.terminals_prefix(QUEUE), limit=10).entries
     assert marker == rt._terminals.entry_key(rt_clock.now_ms(), b"ok")
     sub = await rt.submit(RunSpec(b"delay", run_id="delay"))
     worker = rt.spawn()

@@ -9,7 +9,15 @@ from queue_helpers import claim_one, snapshot
 
 from durable.errors import CancelRequested, ClaimLost
 from durable.store.clock import MockClock
-from durable.store.queue import CancelOutcome, Claim, JobStatus, LeaseHandle, Queue, QueueConfig
+from durable.store.queue import (
+    CancelOutcome,
+    CancelToken,
+    Claim,
+    JobStatus,
+    LeaseHandle,
+    Queue,
+    QueueConfig,
+)
 
 
 async def test_renew_sets_expiry_from_now_and_may_shorten(queue: Queue, clock: MockClock) -> None:
@@ -126,6 +134,27 @@ async def test_lease_handle_exposes_the_cancel_token(queue: Queue) -> None:
     await queue.cancel(claim.id)
     await asyncio.wait_for(waiter, 1)
     assert claim.cancel_token.is_cancelled()
+
+
+async def test_a_child_token_fires_with_its_parent_never_the_other_way(queue: Queue) -> None:
+    """Firing a child cancels neither the claim's token nor its lease; a cancel
+    of the job fires every child, and a child of a fired token starts fired."""
+    await queue.enqueue("q", b"")
+    claim = await claim_one(queue, lease=30)
+    own, other = claim.cancel_token.child(), claim.cancel_token.child()
+    own.fire()
+    assert own.is_cancelled()
+    assert not claim.cancel_token.is_cancelled()
+    assert not other.is_cancelled()
+    claim.lease.ensure_at_least(60)  # renewals go on
+    waiter = asyncio.create_task(other.wait())
+    await asyncio.sleep(0)
+    assert not waiter.done()
+    assert await queue.cancel(claim.id) is CancelOutcome.REQUESTED
+    await asyncio.wait_for(waiter, 1)
+    assert claim.cancel_token.child().is_cancelled()
+    grandchild = CancelToken().child().child()
+    assert not grandchild.is_cancelled()
 
 
 async def test_lease_expiry_of_unknown_job_is_none(queue: Queue) -> None:

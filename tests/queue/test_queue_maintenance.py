@@ -248,3 +248,39 @@ async def test_background_sweeps_done_jobs(open_queue: object, clock: MockClock)
         await asyncio.sleep(0)
     await clock.wait_for_sleepers(BG)
     assert q.job_record(id) is None
+
+
+# ------------------------------------------------------ dead-letter events
+
+
+async def test_every_path_into_dead_counts_a_dead_letter_event_and_sweeps_do_not(
+    open_queue: object, clock: MockClock
+) -> None:
+    """`dead_letter_events` grows with each job that enters Dead (a
+    dead-letter, an exhausting nack, the reaper, recovery at open) and never
+    shrinks: a dead letter and a dead-retention sweep in one tick leave the
+    dead counter as it was, not the event count."""
+    config = QueueConfig(max_attempts=1, dead_retention=60.0, lease_duration=30.0)
+    q: Queue = await open_queue(default_queue_config=config)  # type: ignore[operator]
+    assert q.dead_letter_events("q") == 0
+    await q.enqueue("q", b"")
+    await q.dead_letter(await claim_one(q), "first")
+    assert (q.dead_letter_events("q"), q.stats("q").dead) == (1, 1)
+    await q.enqueue("q", b"")
+    await q.nack(await claim_one(q), "out of attempts")
+    assert (q.dead_letter_events("q"), q.stats("q").dead) == (2, 2)
+    assert q.dead_letter_events("other") == 0  # per queue
+    await q.enqueue("q", b"")
+    await claim_one(q)
+    clock.advance(61)  # both dead jobs are past retention, the lease expired
+    assert q.reap_now() == 1
+    assert q.sweep_now().dead == 2
+    assert (q.dead_letter_events("q"), q.stats("q").dead) == (3, 1)
+    [dead] = q.dead_jobs("q")
+    await q.requeue_dead_job(dead)  # leaving Dead is no event
+    assert (q.dead_letter_events("q"), q.stats("q").dead) == (3, 0)
+    await claim_one(q)
+    await q.writer.flush()
+    # A new process: open's recovery dead-letters the interrupted claim.
+    q2: Queue = await open_queue(default_queue_config=config)  # type: ignore[operator]
+    assert (q2.dead_letter_events("q"), q2.stats("q").dead) == (1, 1)

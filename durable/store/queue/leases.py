@@ -30,16 +30,36 @@ def new_claim_token() -> int:
 
 
 class CancelToken:
-    """Fired once when a job is asked to cancel; never un-fired."""
+    """Fired once when a job is asked to cancel; never un-fired.
 
-    __slots__ = ("_event",)
+    A `child` token fires with its parent, but firing the child leaves the
+    parent alone: hand a child to code that may cancel its own work (a
+    step of the workflow runtime), and keep the parent to learn whether the
+    cancellation came from outside.
+    """
+
+    __slots__ = ("_children", "_event")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
+        self._children: list[CancelToken] = []
 
     def fire(self) -> None:
-        """Request cancellation (idempotent)."""
+        """Request cancellation (idempotent); fires every child too."""
         self._event.set()
+        children, self._children = self._children, []
+        for child in children:
+            child.fire()
+
+    def child(self) -> CancelToken:
+        """A new token fired when this one is (at once if it already was);
+        firing it does not fire this one."""
+        token = CancelToken()
+        if self.is_cancelled():
+            token.fire()
+        else:
+            self._children.append(token)
+        return token
 
     def is_cancelled(self) -> bool:
         """True once fired."""

@@ -312,6 +312,19 @@ class Queue:
         """Counters of ``queue``."""
         return self._view.stats(queue)
 
+    def dead_letter_events(self, queue: str) -> int:
+        """How many jobs of ``queue`` entered Dead since this queue was opened.
+
+        In-process and monotonic: every commit that moves a job into Dead (the
+        reaper, recovery at open, an exhausting nack, a dead-letter) raises
+        it, and nothing lowers it, whereas ``stats(queue).dead`` goes down as
+        the dead-retention sweep removes jobs. Compare two readings to learn
+        whether jobs died in between. The count starts at the open (open's own
+        recovery included), so a reader that must see every dead job also
+        reads the dead jobs once, at its first look.
+        """
+        return self._core.wakeups.dead_letter_events(queue)
+
     def list_queues(self) -> list[str]:
         """Every queue that ever held a job."""
         return self._view.list_queues()

@@ -46,6 +46,7 @@ class Txn:
     """Staged writes over ``state``; see the module docstring."""
 
     __slots__ = (
+        "_dead",
         "_inserts",
         "_overlay",
         "_pending_ids",
@@ -60,6 +61,7 @@ class Txn:
         self.state = state
         self._wakeups = wakeups
         self._inserts: dict[str, int] = {}
+        self._dead: dict[str, int] = {}
         self._pending_ids: list[str] = []
         self.batch = WriteBatch()
         self._overlay: dict[bytes, bytes | None] = {}
@@ -107,6 +109,8 @@ class Txn:
             self.count(queue, METRIC_OF_STATUS[src], -1)
         if dst is not None:
             self.count(queue, METRIC_OF_STATUS[dst], 1)
+        if dst is JobStatus.DEAD:
+            self._dead[queue] = self._dead.get(queue, 0) + 1
 
     def append_history(self, id: str, entry: HistoryEntry) -> None:
         """Append one attempt-history entry of job ``id``."""
@@ -127,6 +131,8 @@ class Txn:
                 self._wakeups.created(self._pending_ids, durable)
             for queue, n in self._inserts.items():
                 self._wakeups.inserted(queue, n)
+            for queue, n in self._dead.items():
+                self._wakeups.dead_lettered(queue, n)
         return durable
 
     def settle_durable(self) -> None:

@@ -1,8 +1,14 @@
-"""Wakeups of workers waiting for a queue to get a pending job.
+"""In-process signals of queue events: new pending jobs, new dead letters.
 
-One `Notify` per queue, with the semantics of a single-permit notifier:
-`Notify.notify_one` wakes one subscribed waiter, or stores one permit when
-nobody waits, which the next subscription consumes at once.
+One `Notify` per queue wakes workers waiting for a pending job, with the
+semantics of a single-permit notifier: `Notify.notify_one` wakes one
+subscribed waiter, or stores one permit when nobody waits, which the next
+subscription consumes at once.
+
+`Wakeups.dead_letter_events` counts, per queue, the jobs that entered Dead
+since the queue was opened. Unlike the stored ``dead`` counter, which the
+dead-retention sweep lowers, it only grows, so a layer that reacts to dead
+letters (the workflow runtime's reconciliation) sees every new one.
 """
 
 from __future__ import annotations
@@ -70,6 +76,7 @@ class Wakeups:
     def __init__(self) -> None:
         self._by_queue: dict[str, Notify] = {}
         self._creations: dict[str, Durable] = {}
+        self._dead_events: dict[str, int] = {}
 
     def created(self, job_ids: list[str], durable: Durable) -> None:
         """Note that ``durable`` made ``job_ids`` pending."""
@@ -102,6 +109,15 @@ class Wakeups:
         n = self.of(queue)
         for _ in range(min(count, MAX_WAKEUPS_PER_INSERT)):
             n.notify_one()
+
+    def dead_lettered(self, queue: str, count: int) -> None:
+        """Record that a commit just moved ``count`` jobs of ``queue`` into Dead."""
+        self._dead_events[queue] = self._dead_events.get(queue, 0) + count
+
+    def dead_letter_events(self, queue: str) -> int:
+        """How many jobs of ``queue`` entered Dead since the queue was opened
+        (monotonic; retention sweeps and requeues do not lower it)."""
+        return self._dead_events.get(queue, 0)
 
 
 async def wait_or_sleep(clock: Clock, fut: asyncio.Future[Any], seconds: float | None) -> bool:
