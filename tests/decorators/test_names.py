@@ -131,8 +131,10 @@ def test_a_script_also_imported_under_its_name_defines_each_function_once(
     path = script(tmp_path, "names_twice.py")
     module = main(file=path)
     monkeypatch.syspath_prepend(str(tmp_path))
-    imported = importlib.import_module("names_twice")
-    monkeypatch.delitem(sys.modules, "names_twice")
+    try:
+        imported = importlib.import_module("names_twice")
+    finally:
+        sys.modules.pop("names_twice", None)
     registry = WorkflowRegistry()
     registry.register(WorkflowDefinition("names_twice.flow", fn(module, "flow"), "workflows"))
     again = WorkflowDefinition("names_twice.flow", imported.flow, "workflows")
