@@ -675,9 +675,18 @@ class UnknownWorkflow(WorkflowError):
 
     def __init__(self, run_id: str, name: str) -> None:
         module = name.rpartition(".")[0] or name
+        if module == "__main__":
+            fix = (
+                "it was defined in a __main__ with no file (an interactive session, a "
+                "notebook or `python -c`), so only a process that defines it again in its "
+                "own __main__ can run it; for runs that must outlive that process, define "
+                "workflows in a module file (or a script) and import it, or pin "
+                "@workflow(name=...)"
+            )
+        else:
+            fix = f"import the module that defines it ({module!r}) before starting the Engine"
         super().__init__(
-            f"run {run_id!r} is a run of workflow {name!r}, which this process does not "
-            f"know: import the module that defines it ({module!r}) before starting the Engine"
+            f"run {run_id!r} is a run of workflow {name!r}, which this process does not know: {fix}"
         )
         self.run_id = run_id
         self.name = name

@@ -196,6 +196,12 @@ async def run_agent(
         f"run {run_id!r} waits on signal {waiting.signal_key!r} for at most "
         f"{(waiting.until_ms - waiting.since_ms) / 1000:.0f} s"
     )
+    status = await handle.status()
+    assert status is not None
+    print(
+        f"run {run_id!r} status: {status.state}, {status.steps} journaled steps, "
+        f"in {status.current_step}"
+    )
     if approve:
         assert waiting.signal_key is not None
         outcome = await engine.signal(waiting.signal_key, True)

@@ -21,7 +21,7 @@ async with Engine("file:///var/lib/app/durable"):
 The pieces, one module each: the `Engine` (`engine`), the decorators
 (`workflow`, `step`), the retry policy (`backoff`, `attempts`), durable
 waits (`waits`, `parking`), child workflows (`children`), handles
-(`handles`, `waiting`, `published`), the journal (`journal`), run archives
+(`handles`, `status`, `waiting`, `published`), the journal (`journal`), run archives
 (`archive`, `terminal`), publish and fork (`publish`, `fork`), the run
 context (`context`), the delivery runner (`runner`), the codec (`codec`)
 and `@job` (`jobs`).
@@ -34,6 +34,7 @@ from durable.decorators.engine import Engine
 from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
 from durable.decorators.publish import publish
+from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
 from durable.decorators.waiting import Waiting
 from durable.decorators.waits import sleep, wait_for_signal
@@ -50,6 +51,8 @@ __all__ = [
     "Workflow",
     "WorkflowHandle",
     "WorkflowStarter",
+    "WorkflowState",
+    "WorkflowStatus",
     "current_engine",
     "job",
     "publish",

@@ -230,12 +230,17 @@ async def load_journal(engine: Engine, run_id: str) -> Journal:
     return Journal.decode(kv, memo, run_id, rows)
 
 
-async def load_invocation(engine: Engine, run_id: str) -> bytes | None:
+async def load_invocation(
+    engine: Engine, run_id: str, archive: Archive | None = None
+) -> bytes | None:
     """The encoded invocation run ``run_id`` was submitted with; None when the
-    store has no record of it."""
+    store has no record of it. ``archive``: the run's archive, when the caller
+    has read it already."""
     record = engine.queue.kv.get(invocation_key(run_id))
     if record is None and _terminated(engine, run_id):
-        record = (await read_archive(engine, run_id)).invocation
+        if archive is None:
+            archive = await read_archive(engine, run_id)
+        record = archive.invocation
     if record is None:
         return None
     return await _invocation_payload(_memo(engine, run_id), run_id, record)

@@ -82,7 +82,8 @@ _unsigned_warned = False
 
 
 def _warn_unsigned(action: str, what: str) -> None:
-    """Log, once per process, that a pickle was handled without a signing key."""
+    """Log, once per process, that a pickle was handled without a signing key
+    (what it means and the two ways out; docs/codec.md, "Signing")."""
     global _unsigned_warned
     if _unsigned_warned:
         return
@@ -91,8 +92,10 @@ def _warn_unsigned(action: str, what: str) -> None:
         "unsigned pickle",
         action=action,
         what=what,
-        hint="pickles are read without verification; when the store is shared, "
-        "pass Engine(signing_key=...) so that only signed pickles are unpickled",
+        hint="without a signing key, values that are not plain data (and exceptions) "
+        "are pickled and read back unverified, so whoever can write the store can run "
+        "code here; pass Engine(signing_key=...) to sign and verify pickles, or "
+        "Engine(codec='msgpack') to store plain data only. Logged once per process",
     )
 
 

@@ -15,12 +15,17 @@ The context also counts what the delivery is busy with: every step and
 wait runs between `RunContext.track` and `RunContext.untrack`, and a wait
 that cannot complete now parks (`RunContext.park`); its `Parking` decides
 when the delivery suspends (`durable.decorators.parking`).
+
+While a step's body runs, its name is also kept by engine and run
+(`RunContext.executing`), in this process's memory only, so a status read
+by the process running the run names its step in flight (`executing_step`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import weakref
 from collections.abc import Container, Iterator
 from contextvars import Context, ContextVar, copy_context
 from typing import TYPE_CHECKING, Any
@@ -37,10 +42,22 @@ if TYPE_CHECKING:
     from durable.engine.delivery import Step
     from durable.store.clock import Clock
 
-__all__ = ["RunContext", "active_run", "current_run", "in_step", "run_id", "running_step"]
+__all__ = [
+    "RunContext",
+    "active_run",
+    "current_run",
+    "executing_step",
+    "in_step",
+    "run_id",
+    "running_step",
+]
 
 _run: ContextVar[RunContext | None] = ContextVar("durable_run", default=None)
 _step: ContextVar[str | None] = ContextVar("durable_step", default=None)
+#: engine -> run id -> position -> name of each step whose body runs now.
+_executing: weakref.WeakKeyDictionary[Engine, dict[str, dict[int, str]]] = (
+    weakref.WeakKeyDictionary()
+)
 
 
 class RunContext:
@@ -125,6 +142,20 @@ class RunContext:
             raise self.codec.loads_error(err, what=f"the exception of {what}")
         return self.codec.loads(ok or b"", what=f"the result of {what}")
 
+    @contextlib.contextmanager
+    def executing(self, position: int, name: str) -> Iterator[None]:
+        """Mark step ``name`` at ``position`` as running its body, for
+        `executing_step`, until the block ends."""
+        runs = _executing.setdefault(self.engine, {})
+        steps = runs.setdefault(self.run_id, {})
+        steps[position] = name
+        try:
+            yield
+        finally:
+            steps.pop(position, None)
+            if not steps and runs.get(self.run_id) is steps:
+                del runs[self.run_id]
+
     def track(self) -> asyncio.Task[object] | None:
         """Register the current task as running a step or wait of this
         delivery (the delivery is busy until `untrack`)."""
@@ -197,6 +228,13 @@ def in_step(name: str) -> Iterator[None]:
         yield
     finally:
         _step.reset(token)
+
+
+def executing_step(engine: Engine, run_id: str) -> str | None:
+    """The name of the step of run ``run_id`` whose body ``engine`` runs now
+    (of several gathered ones, the one called first); None if none does."""
+    steps = _executing.get(engine, {}).get(run_id)
+    return steps[min(steps)] if steps else None
 
 
 def running_step() -> str | None:

@@ -12,8 +12,9 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar
 from durable.decorators.children import cancel_tree
 from durable.decorators.outcome import read_result
 from durable.decorators.published import wait_published
+from durable.decorators.status import WorkflowStatus, read_status
 from durable.decorators.waiting import Waiting, wait_until_waiting
-from durable.engine.runs import RunStatus, validate_run_id
+from durable.engine.runs import validate_run_id
 from durable.errors import RunNotFound
 
 if TYPE_CHECKING:
@@ -76,9 +77,13 @@ class WorkflowHandle(Generic[R]):
         """
         return await wait_until_waiting(self._engine, self.run_id, timeout, after)
 
-    async def status(self) -> RunStatus | None:
-        """Where the run is (`durable.engine.RunStatus`); None if unknown."""
-        return self._engine.workflows.default.status(self.run_id)
+    async def status(self) -> WorkflowStatus | None:
+        """Where the run is: a `WorkflowStatus` (its state, PENDING, RUNNING,
+        WAITING, SUCCEEDED, FAILED or CANCELLED, its workflow, journaled
+        steps, current step, what it waits on, its error); None if the store
+        does not know the run. Reads the store's memory, no journal scan
+        (see `durable.decorators.status`)."""
+        return await read_status(self._engine, self.run_id)
 
     async def cancel(self) -> bool:
         """Cancel the run and its child runs; False if it was unknown or had

@@ -27,6 +27,7 @@ __all__ = [
     "FAILURE_MARKER",
     "RunResult",
     "encode_failure",
+    "failure_text",
     "read_result",
 ]
 
@@ -71,18 +72,30 @@ class RunResult:
         raise codec.loads_error(self.err or b"", what=f"the exception of run {self.run_id!r}")
 
 
+def failure_text(reason: str | None) -> tuple[str, str]:
+    """The type name and message of the exception a failed run's reason
+    names (its readable text, without decoding anything); ``"Error"`` and
+    the whole text for a reason that names no type (an engine failure)."""
+    text = reason or "the run failed"
+    head, marker, _ = text.rpartition(FAILURE_MARKER)
+    if marker:
+        text = head
+    type_name, sep, message = text.partition(": ")
+    if not sep or " " in type_name:
+        return "Error", text
+    return type_name, message
+
+
 def _failure_bytes(codec: Codec, run_id: str, reason: str | None) -> bytes:
     """The encoded exception of a failed run, from its reason."""
     text = reason or "the run failed"
     if FAILURE_MARKER in text:
-        text, _, encoded = text.rpartition(FAILURE_MARKER)
+        encoded = text.rpartition(FAILURE_MARKER)[2]
         try:
             return base64.b64decode(encoded.encode("ascii"), validate=True)
         except (binascii.Error, UnicodeEncodeError):
             pass  # not ours after all: the text alone
-    type_name, sep, message = text.partition(": ")
-    if not sep or " " in type_name:
-        type_name, message = "Error", text
+    type_name, message = failure_text(reason)
     failed = WorkflowFailed(run_id, type_name, message)
     return codec.dumps_error(failed, what=f"the exception of run {run_id!r}")
 

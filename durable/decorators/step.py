@@ -98,7 +98,7 @@ class StepFunction(Generic[P, R]):
         if self.at_most_once:
             await run.record(position, Entry(self.name, START, time=clock.now_ms()))
         try:
-            with in_step(self.name):
+            with in_step(self.name), run.executing(position, self.name):
                 result = await run_attempts(self.policy, clock, call, what)
             ok = codec.dumps(result, what=f"the result of {what}")
         except Exception as error:

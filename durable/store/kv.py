@@ -208,6 +208,10 @@ class KvNamespace:
         """The value of ``key``, or None."""
         return self._state.get(user_key(_check_bytes(key, "key")))
 
+    def count(self, prefix: bytes) -> int:
+        """How many keys start with ``prefix``, without reading them (O(log n))."""
+        return self._state.count(user_key(_check_bytes(prefix, "prefix")))
+
     def scan(
         self,
         prefix: bytes,

@@ -14,8 +14,8 @@ from typing import Any
 from durable.decorators.archive import invocation_key, load_journal
 from durable.decorators.engine import Engine
 from durable.decorators.journal import Journal
+from durable.decorators.status import WorkflowStatus
 from durable.engine import keys
-from durable.engine.runs import RunStatus
 from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
 
@@ -30,11 +30,11 @@ def make_engine(make_objects: Factory, clock: MockClock, **options: Any) -> Engi
     return Engine(make_objects(), clock=clock, **options)
 
 
-async def wait_parked(engine: Engine, run_id: str, step: int = 1) -> RunStatus:
+async def wait_parked(engine: Engine, run_id: str, step: int = 1) -> WorkflowStatus:
     """Wait until run ``run_id`` exists and waits durably at step ``step`` or
     later (`WorkflowHandle.waiting`), or has terminated; its status."""
 
-    async def park() -> RunStatus:
+    async def park() -> WorkflowStatus:
         handle = engine.handle(run_id)
         await wait_started(engine, run_id)
         waiting = await handle.waiting()

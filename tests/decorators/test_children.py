@@ -8,6 +8,7 @@ import pytest
 from decorator_helpers import Factory, journal_of, make_engine, result, wait_parked
 
 import durable
+from durable import WorkflowState
 from durable.decorators.children import (
     HEADER_PARENT,
     HEADER_POSITION,
@@ -15,7 +16,6 @@ from durable.decorators.children import (
     child_run_id,
 )
 from durable.decorators.journal import CHILD
-from durable.engine import TerminalStatus, Terminated
 from durable.errors import RunCancelled
 from durable.store.clock import MockClock
 
@@ -143,8 +143,7 @@ async def test_cancelling_a_parent_cancels_its_children(
                 await result(engine.handle(run_id))
             status = await engine.handle(run_id).status()
             assert status is not None
-            assert isinstance(status.state, Terminated)
-            assert status.state.termination.status is TerminalStatus.CANCELLED
+            assert status.state is WorkflowState.CANCELLED
         # No notification is left waiting for a parent that is gone.
         assert engine.queue.kv.get(b"workflow/signal-buf/" + child_key(grandchild).encode()) in (
             None,

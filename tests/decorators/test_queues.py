@@ -10,8 +10,8 @@ import pytest
 from decorator_helpers import LIMIT, Factory, make_engine, result
 
 import durable
+from durable import WorkflowState
 from durable.decorators.registry import DEFAULT_QUEUE
-from durable.engine import Pending
 from durable.errors import DecoratorError, InvalidArgument
 from durable.store.clock import MockClock
 
@@ -73,7 +73,7 @@ async def test_a_queue_limited_to_one_never_runs_two_at_once(
         # Three bulk runs run at once; of the emails, one runs, two wait.
         assert active == {"bulk": 3, "emails": 1}
         states = [await h.status() for h in emails]
-        assert sum(isinstance(s.state, Pending) for s in states if s is not None) == 2
+        assert sum(s.state is WorkflowState.PENDING for s in states if s is not None) == 2
         pointer = engine.workflows.default.view.pointer(emails[0].run_id)
         assert pointer is not None
         job = engine.queue.job_record(pointer.job_id)

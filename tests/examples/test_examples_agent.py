@@ -57,3 +57,8 @@ def test_agent_approval_timeout_and_memoized_model_calls(tmp_path: Path) -> None
             in out
         )
     assert "model server requests in total: 6" in out
+    # The status while the run waits: plain state, journal positions, the wait.
+    for run_id in (approved, timeout):
+        assert (
+            f"run '{run_id}' status: WAITING, 5 journaled steps, in durable.wait_for_signal" in out
+        )

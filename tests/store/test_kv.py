@@ -752,3 +752,12 @@ async def test_watchers_fail_when_the_store_closes_or_the_write_fails(
     with pytest.raises(StoreClosed):
         await fut
     await w.close()
+
+
+async def test_count_agrees_with_a_scan_without_reading_values(filled: KvNamespace) -> None:
+    for prefix in (b"a/", b"a", b"", b"b/", b"zzz/", b"\xff", b"a/3"):
+        assert filled.count(prefix) == len(filled.scan(prefix, limit=100).entries), prefix
+    await filled.put(b"\xff\xff", b"x")
+    assert filled.count(b"\xff") == 2  # a prefix with no end key counts to the last key
+    with pytest.raises(TypeError):
+        filled.count("a/")  # type: ignore[arg-type]

@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from durable.decorators.jobs.kind import FunctionJob
+from durable.decorators.registry import default_name, origin
 from durable.errors import DecoratorError
 
 __all__ = ["JOBS", "JobRegistry"]
@@ -28,9 +29,7 @@ __all__ = ["JOBS", "JobRegistry"]
 def _origin(cls: type[FunctionJob]) -> tuple[str, str, str, int]:
     """Where the function of job type ``cls`` is defined."""
     fn: Any = cls.FUNCTION
-    code = getattr(fn, "__code__", None)
-    where = (code.co_filename, code.co_firstlineno) if code is not None else ("", 0)
-    return (fn.__module__, fn.__qualname__, *where)
+    return origin(fn)
 
 
 class JobRegistry:
@@ -46,7 +45,7 @@ class JobRegistry:
         if existing is not None and _origin(existing) != _origin(job_type):
             fn = existing.FUNCTION
             raise DecoratorError(
-                f"job name {name!r} is already used by {fn.__module__}.{fn.__qualname__}; "
+                f"job name {name!r} is already used by {default_name(fn)}; "
                 "give this one another name with @job(name=...)"
             )
         self._by_name[name] = job_type

@@ -65,6 +65,13 @@ class State:
         """Items whose key starts with ``prefix``, in key order."""
         return self.scan(prefix, prefix_end(prefix), reverse=reverse)
 
+    def count(self, prefix: bytes) -> int:
+        """How many keys start with ``prefix``: two bisections, no scan."""
+        m = self._map
+        end = prefix_end(prefix)
+        stop = len(m) if end is None else m.bisect_left(end)
+        return stop - m.bisect_left(prefix)
+
     def first(self, prefix: bytes) -> tuple[bytes, bytes] | None:
         """The first item under ``prefix``, or None."""
         for item in self.scan_prefix(prefix):
