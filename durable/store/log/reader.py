@@ -1,8 +1,10 @@
 """A read-only view of a store that never fences its writer.
 
 `LogReader` loads the same checkpoint and log as the writer and can
-`refresh` by reading the log objects written since. Objects trimmed under it
-by a newer checkpoint are handled by loading that checkpoint instead.
+`refresh` by reading the log objects written since. When a newer checkpoint
+covers more than the reader can read in sequence (the log it needs was
+trimmed, even if open markers, which are never trimmed, make what is left
+look consecutive), it loads that checkpoint instead.
 """
 
 from __future__ import annotations
@@ -42,7 +44,10 @@ class LogReader:
         ckpts = await list_seqs(self.objects, CKPT_PREFIX)
         seqs = await list_seqs(self.objects, LOG_PREFIX)
         run, gap = consecutive_after(seqs, self.seq)
-        trimmed = bool(ckpts) and ckpts[-1] > self.seq and not run
+        # A writer that restarted, checkpointed and trimmed leaves its open
+        # markers behind: they can continue our seq without a gap while the
+        # commits after them are only in the checkpoint.
+        trimmed = bool(ckpts) and ckpts[-1] > (run[-1] if run else self.seq)
         if gap is None and not trimmed:
             try:
                 for obj in await fetch_logs(self.objects, run):
