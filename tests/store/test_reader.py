@@ -44,7 +44,8 @@ async def test_log_reader_reloads_when_a_checkpoint_covers_more_than_its_tail(
     await w2.close()
     logs = await objects.list(LOG_PREFIX)
     ckpts = await objects.list(CKPT_PREFIX)
-    assert len(ckpts) == 1 and len(logs) == 2  # only the two open markers are left
+    assert len(ckpts) == 1
+    assert len(logs) == 2  # only the two open markers are left
     seq = await reader.refresh()
     assert seq == w2.seq
     assert dict(reader.state.scan()) == {b"a": b"1", b"b": b"2", b"c": b"3"}

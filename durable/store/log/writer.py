@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -48,14 +49,20 @@ from durable.store.log.format import (
     encode_log,
     log_name,
 )
-from durable.store.log.loader import list_seqs, load
+from durable.store.log.loader import get_object, list_seqs, load
+from durable.store.log.retry import DEFAULT_RETRY_SECONDS, create_retrying, retry_transient
 from durable.store.log.state import State
 from durable.store.log.watch import KeyWatchers
 from durable.store.objects.base import Guarantee, ObjectStore
 
-__all__ = ["Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
+__all__ = ["PROBE_PREFIX", "Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
 
 log = get_logger("durable.store.log")
+
+#: Where `probe_atomic_create` writes its short-lived objects.
+PROBE_PREFIX = "probe/"
+#: Checks of one open before the backend is refused (see `probe_atomic_create`).
+_PROBE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +74,9 @@ class LogOptions:
     checkpoint_min_bytes: int = 4 << 20
     #: Checkpoint once this many log objects follow the last one (bounds reopen).
     checkpoint_max_objects: int = 2000
-    #: Keep retrying a transient write failure this long before the writer stops.
-    write_retry_seconds: float = 30.0
+    #: Keep retrying a transient write failure this long before the writer
+    #: stops; also the window of every read, list, probe and delete at open.
+    write_retry_seconds: float = DEFAULT_RETRY_SECONDS
     #: Write a final checkpoint at `LogWriter.close`.
     checkpoint_on_close: bool = True
 
@@ -132,26 +140,60 @@ class _Group:
         self.durable = Durable(self.future)
 
 
-async def probe_atomic_create(objects: ObjectStore) -> None:
+async def probe_atomic_create(
+    objects: ObjectStore, retry_seconds: float = DEFAULT_RETRY_SECONDS
+) -> None:
     """Check that a second create of one name fails; `MissingGuarantee` if not.
 
     Catches backends that accept a create-if-absent but do not honour it
-    (gcp-storage-emulator, some proxies), before anything is written.
+    (gcp-storage-emulator, some proxies), before anything else is written.
+    Every call retries transient errors for ``retry_seconds``. Once the
+    check passes, every probe object is deleted: this one and any that a
+    writer which crashed mid-probe left behind (only writers delete them).
+
+    A writer opening at the same moment may delete this probe in the middle
+    of its check; the second create then succeeds, as on a broken backend.
+    So a failed check runs again under a new name (a concurrent sweep lists
+    once, it cannot delete a name created after its listing), and only a
+    backend that accepts the second create every time is refused.
     """
-    name = f"probe/{os.urandom(12).hex()}"
-    await objects.create(name, b"first")
+    for _ in range(_PROBE_ATTEMPTS):
+        name = f"{PROBE_PREFIX}{os.urandom(12).hex()}"
+        first = os.urandom(16)
+        if await _second_create_refused(objects, name, first, retry_seconds):
+            await _delete_probes(objects, name, retry_seconds)
+            return
+        await retry_transient(functools.partial(objects.delete, [name]), name, retry_seconds)
+    raise MissingGuarantee(
+        objects.url,
+        Guarantee.ATOMIC_CREATE.value + " (a second create of one name was accepted)",
+    )
+
+
+async def _second_create_refused(
+    objects: ObjectStore, name: str, first: bytes, retry_seconds: float
+) -> bool:
+    """Create ``name``, create it again: True if the second was refused and
+    the first bytes stayed. A crash here leaves the probe to the next open."""
+    if await create_retrying(objects, name, first, retry_seconds) is not None:
+        return False  # someone else's bytes under our random name: check again
     try:
+        await retry_transient(lambda: objects.create(name, b"second"), name, retry_seconds)
+    except ObjectExists:
         try:
-            await objects.create(name, b"second")
-        except ObjectExists:
-            if await objects.get(name) == b"first":
-                return
-        raise MissingGuarantee(
-            objects.url,
-            Guarantee.ATOMIC_CREATE.value + " (a second create of one name was accepted)",
-        )
-    finally:
-        await objects.delete([name])
+            return await get_object(objects, name, retry_seconds) == first
+        except ObjectNotFound:
+            return False  # deleted by a concurrent writer's sweep
+    return False
+
+
+async def _delete_probes(objects: ObjectStore, own: str, retry_seconds: float) -> None:
+    """Delete ``own`` and every other probe object (orphans of crashed opens)."""
+    names = await retry_transient(lambda: objects.list(PROBE_PREFIX), PROBE_PREFIX, retry_seconds)
+    doomed = sorted({own, *names})
+    if len(doomed) > 1:
+        log.info("removing probe objects left by an earlier open", count=len(doomed) - 1)
+    await retry_transient(lambda: objects.delete(doomed), own, retry_seconds)
 
 
 class LogWriter:
@@ -193,9 +235,10 @@ class LogWriter:
         """Load the store at ``objects`` and become its writer, fencing any other."""
         if Guarantee.ATOMIC_CREATE not in objects.guarantees:
             raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
-        await probe_atomic_create(objects)
-        loaded = await load(objects)
-        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options or LogOptions())
+        options = options or LogOptions()
+        await probe_atomic_create(objects, options.write_retry_seconds)
+        loaded = await load(objects, options.write_retry_seconds)
+        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options)
         self._since_objects = loaded.seq - loaded.ckpt_seq
         while True:  # claim the next sequence number with an open marker
             seq = self._seq + 1
@@ -366,27 +409,16 @@ class LogWriter:
     async def _create(self, seq: int, data: bytes) -> LogObject | None:
         """Create log object ``seq``; None once ours stands there, else theirs."""
         name = log_name(seq)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.write_retry_seconds
-        delay = 0.005
-        while True:
-            try:
-                try:
-                    await self.objects.create(name, data)
-                    return None
-                except ObjectExists:
-                    existing = await self.objects.get(name)
-                    # A retried create whose first try had landed finds our bytes.
-                    return None if existing == data else decode_log(name, existing)
-            except ObjectNotFound:
-                raise Fenced(self.objects.url, seq) from None  # trimmed: a newer writer
-            except ObjectStoreError as e:
-                if not e.transient or loop.time() + delay > deadline:
-                    raise
-                self.stats.write_retries += 1
-                log.warning("log write retry", object=name, error=str(e))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        try:
+            existing = await create_retrying(
+                self.objects, name, data, self.options.write_retry_seconds, self._retried
+            )
+        except ObjectNotFound:
+            raise Fenced(self.objects.url, seq) from None  # trimmed: a newer writer
+        return None if existing is None else decode_log(name, existing)
+
+    def _retried(self, _error: ObjectStoreError) -> None:
+        self.stats.write_retries += 1
 
     # ------------------------------------------------------------ checkpoints
 
@@ -420,12 +452,11 @@ class LogWriter:
         self._since_bytes = 0
         keep = set(markers)
         try:
-            old = [ckpt_name(s) for s in await list_seqs(self.objects, CKPT_PREFIX) if s < seq]
-            old += [
-                log_name(s)
-                for s in await list_seqs(self.objects, LOG_PREFIX)
-                if s <= seq and s not in keep
-            ]
+            window = self.options.write_retry_seconds
+            ckpts = await list_seqs(self.objects, CKPT_PREFIX, window)
+            old = [ckpt_name(s) for s in ckpts if s < seq]
+            logs = await list_seqs(self.objects, LOG_PREFIX, window)
+            old += [log_name(s) for s in logs if s <= seq and s not in keep]
             await self.objects.delete(old)
         except ObjectStoreError as e:
             log.warning("log trim failed", url=self.objects.url, seq=seq, error=str(e))
