@@ -32,9 +32,10 @@ from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.runtimes import WorkflowQueues
 from durable.decorators.services import EngineService, default_services
 from durable.engine.signals import SignalOutcome
-from durable.errors import InvalidArgument, NoEngine
+from durable.errors import InvalidArgument, InvalidStoreUrl, NoEngine
 from durable.store.clock import Clock, SystemClock
 from durable.store.objects.base import ObjectStore
+from durable.store.objects.url import check_writer_url
 from durable.store.queue import OpenOptions, Queue
 
 if TYPE_CHECKING:
@@ -46,6 +47,20 @@ log = get_logger("durable.decorators")
 
 #: Where ``Engine()`` keeps its store without a URL: a directory in the cwd.
 DEFAULT_STORE = ".durable"
+
+
+def _check_store(
+    url: str | os.PathLike[str] | ObjectStore | None,
+) -> str | os.PathLike[str] | ObjectStore:
+    if url is None:
+        return DEFAULT_STORE
+    if isinstance(url, ObjectStore):
+        return url
+    try:
+        check_writer_url(url)
+    except InvalidStoreUrl as e:
+        raise InvalidArgument(f"Engine: {e}") from None
+    return url
 
 
 def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
@@ -78,8 +93,10 @@ class Engine:
 
     ``url`` is the store: a path, a ``file://``, ``s3://``, ``gs://`` or
     ``az://`` URL, ``memory://name``, or an `ObjectStore` (which the caller
-    closes); None is the directory ``./.durable``. ``storage_options`` go
-    to the backend. ``signing_key`` signs every pickle the codec writes and
+    closes); None is the directory ``./.durable``, and any other value or
+    scheme is refused here with `InvalidArgument`. A missing directory is
+    created; a missing bucket or container raises `StoreNotFound` on enter.
+    ``storage_options`` go to the backend. ``signing_key`` signs every pickle the codec writes and
     refuses unsigned ones; ``codec="msgpack"`` refuses values that are not
     plain data. ``concurrency`` caps the runs of each workflow queue that
     execute at once (default 8 per queue; 0 runs none of them in this
@@ -108,7 +125,7 @@ class Engine:
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
         if clock is not None and not isinstance(clock, Clock):
             raise InvalidArgument(f"clock must provide now_ms() and sleep(), got {clock!r}")
-        self._url = url if url is not None else DEFAULT_STORE
+        self._url = _check_store(url)
         self._storage_options = storage_options
         self._concurrency = _check_concurrency(concurrency)
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
