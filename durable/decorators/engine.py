@@ -16,6 +16,12 @@ async with Engine("file:///var/lib/app/durable") as engine:
 On exit the engine lets every running workflow finish its step in flight
 and suspend (its next step runs in the next process), then stops its
 services (in reverse order) and closes the store.
+
+Once another process opens the same store (a second engine, a standby),
+this engine is *fenced*: every wait in progress (``handle.result()``, ...)
+and every later call, reads included, raises `Fenced` (an idle engine
+notices within `OpenOptions.fence_check_interval`, 5 s). Exit it and open a
+new one, or leave the store to the other process.
 """
 
 from __future__ import annotations
@@ -32,7 +38,7 @@ from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.runtimes import WorkflowQueues
 from durable.decorators.services import EngineService, default_services
 from durable.engine.signals import SignalOutcome
-from durable.errors import InvalidArgument, InvalidStoreUrl, NoEngine
+from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine
 from durable.store.clock import Clock, SystemClock
 from durable.store.objects.base import ObjectStore
 from durable.store.objects.url import check_writer_url
@@ -61,6 +67,14 @@ def _check_store(
     except InvalidStoreUrl as e:
         raise InvalidArgument(f"Engine: {e}") from None
     return url
+
+
+def _raise_if_fenced(queue: Queue) -> None:
+    """Every use of a fenced engine fails: its memory may be stale, and it
+    can commit nothing (the one place every call goes through)."""
+    failure = queue.writer.failure
+    if isinstance(failure, Fenced):
+        raise Fenced(failure.url, failure.seq) from None
 
 
 def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
@@ -151,16 +165,20 @@ class Engine:
 
     @property
     def queue(self) -> Queue:
-        """The store's `Queue` (`NoEngine` before the engine is entered)."""
+        """The store's `Queue` (`NoEngine` before the engine is entered;
+        `Fenced` once another writer has opened the store)."""
         if self._queue is None:
             raise NoEngine("Engine.queue")
+        _raise_if_fenced(self._queue)
         return self._queue
 
     @property
     def workflows(self) -> WorkflowQueues:
-        """The workflow runtimes, one per workflow queue."""
+        """The workflow runtimes, one per workflow queue (`Fenced` as for `queue`)."""
         if self._workflows is None:
             raise NoEngine("Engine.workflows")
+        if self._queue is not None:
+            _raise_if_fenced(self._queue)
         return self._workflows
 
     def concurrency_of(self, queue: str, default: int) -> int:

@@ -10,7 +10,9 @@ Fencing: a writer opens by creating an *open marker* at the next sequence
 number. An older writer's next create then finds that name taken by bytes
 that are not its own, and it fails every commit from then on with `Fenced`.
 Markers are never deleted when the log is trimmed, so a fenced writer that
-wakes up much later still finds its next name taken.
+wakes up much later still finds its next name taken. An idle writer learns
+it was fenced with `LogWriter.check_fenced`: one read of the name after its
+last log object, which a newer writer's marker (or log) then holds.
 
 Should a group fail to reach the store (after retries for transient errors,
 or on fencing), the writer stops: memory now holds changes that may never be
@@ -225,6 +227,7 @@ class LogWriter:
         self._ckpt_task: asyncio.Task[None] | None = None
         self._bg: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
+        self._stop_callbacks: list[Callable[[StoreError], object]] = []
         #: Waiters for a commit that writes a given key to be durable.
         self.watchers = KeyWatchers()
 
@@ -276,7 +279,7 @@ class LogWriter:
             await asyncio.gather(*self._bg, return_exceptions=True)
         if self._failure is None:
             self._failure = StoreClosed(self.objects.url)
-        self.watchers.fail_all(self._failure)
+            self._fail_waiters(self._failure)
 
     # ---------------------------------------------------------------- commits
 
@@ -294,6 +297,41 @@ class LogWriter:
     def failure(self) -> StoreError | None:
         """Why this writer stopped, or None while it works."""
         return self._failure
+
+    def add_stop_callback(self, fn: Callable[[StoreError], object]) -> None:
+        """Call ``fn(failure)`` once, when the writer stops (fenced, failed or
+        closed), after every pending commit and key watcher has failed."""
+        self._stop_callbacks.append(fn)
+
+    async def check_fenced(self) -> bool:
+        """Whether another writer has opened the store since this one last
+        wrote; if so, stop with `Fenced` as a write would have.
+
+        One read of the log object after this writer's last (absent while it
+        owns the store; a newer writer's open marker once fenced, and markers
+        are never trimmed). Skipped while a flush is in flight: its create
+        finds out by itself. A transient error is logged and answers False.
+        """
+        if self._failure is not None:
+            return isinstance(self._failure, Fenced)
+        if self._inflight is not None or self._closing:
+            return False
+        seq = self._seq + 1
+        name = log_name(seq)
+        try:
+            data = await self.objects.get(name)
+        except ObjectNotFound:
+            return False
+        except ObjectStoreError as e:
+            log.warning("fence check failed", url=self.objects.url, error=str(e))
+            return False
+        if self._failure is not None:
+            return isinstance(self._failure, Fenced)
+        if decode_log(name, data).writer == self.writer_id:
+            return False  # our own flush landed meanwhile
+        if self._inflight is None:  # else that flush finds the name taken itself
+            self._fail(Fenced(self.objects.url, seq), [])
+        return True
 
     def commit(self, batch: WriteBatch, *, lazy: bool = False) -> Durable:
         """Apply ``batch`` now; the result resolves once it is durable.
@@ -357,6 +395,8 @@ class LogWriter:
             if not self._closing:
                 await self._wakeup.wait()
             self._wakeup.clear()
+            if self._failure is not None:
+                return  # stopped while idle (`check_fenced`)
             g = self._open
             if not g.ops and not g.released:
                 if self._closing:
@@ -396,15 +436,26 @@ class LogWriter:
         else:
             failure = StoreClosed(self.objects.url, f"a log write failed: {e!r}")
             failure.__cause__ = e
+        self._fail(failure, [g], quiet=isinstance(e, asyncio.CancelledError))
+
+    def _fail(self, failure: StoreError, groups: list[_Group], *, quiet: bool = False) -> None:
+        """Stop: fail ``groups``, the open group and every waiter with ``failure``."""
         self._failure = failure
-        if isinstance(e, asyncio.CancelledError):  # the loop is shutting down
+        if quiet:  # the loop is shutting down
             log.debug("writer stopped", url=self.objects.url, error=str(failure))
         else:
             log.error("writer stopped", url=self.objects.url, error=str(failure))
-        for grp in (g, self._open):
+        for grp in (*groups, self._open):
             if not grp.future.done():
                 grp.future.set_exception(failure)
-        self.watchers.fail_all(failure)
+        self._wakeup.set()  # an idle flusher exits
+        self._fail_waiters(failure)
+
+    def _fail_waiters(self, failure: StoreError) -> None:
+        self.watchers.stop(failure)
+        callbacks, self._stop_callbacks = self._stop_callbacks, []
+        for fn in callbacks:
+            fn(failure)
 
     async def _create(self, seq: int, data: bytes) -> LogObject | None:
         """Create log object ``seq``; None once ours stands there, else theirs."""
