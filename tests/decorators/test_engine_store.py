@@ -10,6 +10,7 @@ import pytest
 import durable
 from durable.errors import InvalidArgument, StoreNotFound
 from durable.store.clock import MockClock
+from durable.store.objects import FaultyObjectStore, MemoryObjectStore
 from durable.testing import cloud
 
 
@@ -77,3 +78,32 @@ async def test_a_missing_bucket_or_container_raises_store_not_found(
     assert "create it" in str(exc.value)
     assert "probe/" not in str(exc.value)
     assert not engine.running
+
+
+async def test_an_engine_opens_through_one_transient_fault_at_any_open_call(
+    clock: MockClock,
+) -> None:
+    """Issue 13 point 8 at the engine: a 503 at start-up does not kill it."""
+    template = MemoryObjectStore()
+    async with durable.Engine(template, clock=clock):
+        assert await (await answer.start()).result() == 42
+
+    async def copy() -> MemoryObjectStore:
+        objects = MemoryObjectStore()
+        for name in await template.list(""):
+            await objects.put(name, await template.get(name))
+        return objects
+
+    counting = FaultyObjectStore(await copy())
+    engine = durable.Engine(counting, clock=clock)
+    await engine.__aenter__()
+    counts = dict(counting.calls)
+    await engine.__aexit__(None, None, None)
+    assert sum(counts.values()) >= 7
+    for op, n in counts.items():
+        for i in range(n):
+            objects = FaultyObjectStore(await copy())
+            objects.fail_next(op, skip=i)
+            async with durable.Engine(objects, clock=clock) as engine:
+                assert await (await answer.start()).result() == 42, (op, i)
+            assert await objects.inner.list("probe/") == [], (op, i)

@@ -8,6 +8,7 @@ import pytest
 
 from durable.errors import Fenced, ObjectStoreError
 from durable.store.log import LogOptions, LogWriter, WriteBatch
+from durable.store.log.format import log_name
 from durable.store.objects import FaultyObjectStore
 from durable.store.objects.base import ObjectStore
 
@@ -75,4 +76,15 @@ async def test_the_check_is_one_read_and_a_failed_read_is_not_fencing(
     assert not await w.check_fenced()
     assert w.failure is None
     await w.commit(put(b"k", b"v"))
+    await w.close()
+
+
+async def test_bytes_that_are_not_this_writers_at_its_next_name_are_fencing(
+    make_objects: Factory,
+) -> None:
+    objects = make_objects()
+    w = await LogWriter.open(objects)
+    await objects.create(log_name(w.seq + 1), b"not a log object")
+    assert await w.check_fenced()
+    assert isinstance(w.failure, Fenced)
     await w.close()

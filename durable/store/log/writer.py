@@ -32,6 +32,7 @@ from typing import Any
 
 from durable._logging import get_logger
 from durable.errors import (
+    CorruptObject,
     Fenced,
     MissingGuarantee,
     ObjectExists,
@@ -39,6 +40,7 @@ from durable.errors import (
     ObjectStoreError,
     StoreClosed,
     StoreError,
+    UnsupportedFormat,
 )
 from durable.store.log.batch import WriteBatch
 from durable.store.log.format import (
@@ -327,7 +329,11 @@ class LogWriter:
             return False
         if self._failure is not None:
             return isinstance(self._failure, Fenced)
-        if decode_log(name, data).writer == self.writer_id:
+        try:
+            ours = decode_log(name, data).writer == self.writer_id
+        except (CorruptObject, UnsupportedFormat):
+            ours = False  # not our bytes: this writer can never write there
+        if ours:
             return False  # our own flush landed meanwhile
         if self._inflight is None:  # else that flush finds the name taken itself
             self._fail(Fenced(self.objects.url, seq), [])
