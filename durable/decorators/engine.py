@@ -271,11 +271,14 @@ class Engine:
         await self._close()
 
     async def _close(self) -> None:
+        errors: list[BaseException] = []
         # Workflows first: a step in flight may wait on a service (a job).
         if self._workflows is not None:
-            await self._workflows.shutdown()
-            self._workflows = None
-        errors: list[BaseException] = []
+            workflows, self._workflows = self._workflows, None
+            try:
+                await workflows.shutdown()
+            except Exception as e:  # the services and the store still close
+                errors.append(e)
         for service in reversed(self._started):
             try:
                 await service.stop()
@@ -289,6 +292,9 @@ class Engine:
         if self._token is not None:
             reset_engine(self._token)
             self._token = None
+        # A worker that stopped because the engine was fenced is no error of
+        # closing: every call on the engine has raised `Fenced` since.
+        errors = [e for e in errors if not isinstance(e, Fenced)]
         if errors:
             raise errors[0]
 

@@ -71,6 +71,30 @@ async def test_a_fenced_engines_pending_result_and_later_calls_raise_fenced(
     assert not first.running
 
 
+async def test_closing_an_engine_whose_workers_stopped_on_fenced_is_clean(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    """The workers of a fenced engine end with `Fenced` at their next claim;
+    leaving ``async with`` still stops the services, closes the store and
+    raises nothing (every call has reported the fencing)."""
+    store = tmp_path / "store"
+    first = durable.Engine(store, clock=clock)
+    await first.__aenter__()
+    workers = list(first.workflows._workers.values())  # to see them stop
+    assert workers
+    other = await Queue.open(store, OpenOptions(clock=MockClock()))
+
+    async def fenced_workers_stopped() -> None:
+        while any(w.running for w in workers):
+            clock.advance(1.0)  # fence check, then the workers' next poll and claim
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(fenced_workers_stopped(), LIMIT)
+    await first.__aexit__(None, None, None)
+    assert not first.running
+    await other.close()
+
+
 async def test_a_fenced_store_queue_fails_its_completion_waits(
     tmp_path: Path, clock: MockClock
 ) -> None:
