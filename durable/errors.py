@@ -17,6 +17,8 @@ DurableError
 │   ├── UnsupportedFormat            written by a newer format version
 │   ├── MissingGuarantee             backend cannot create-if-absent atomically
 │   ├── StoreNotInitialized          a reader found no store at the URL (transient)
+│   ├── StoreNotFound                the bucket or container does not exist (also LookupError)
+│   ├── InvalidStoreUrl              not a store URL, or an unknown scheme (also ValueError)
 │   ├── Fenced                       another writer opened the store
 │   ├── StoreClosed                  the store was closed or has failed
 │   ├── BlobMissing                  a value's blob object is gone
@@ -97,6 +99,7 @@ __all__ = [
     "InvalidOption",
     "InvalidQueueName",
     "InvalidState",
+    "InvalidStoreUrl",
     "JobFailed",
     "JobNotFound",
     "JobTypeError",
@@ -123,6 +126,7 @@ __all__ = [
     "StepMaybeExecutedError",
     "StoreClosed",
     "StoreError",
+    "StoreNotFound",
     "StoreNotInitialized",
     "UnknownWorkflow",
     "UnsupportedFormat",
@@ -245,6 +249,32 @@ class StoreNotInitialized(StoreError):
     def __init__(self, url: str) -> None:
         super().__init__(f"no durable store at {url!r} (no writer has opened it yet)")
         self.url = url
+
+
+class StoreNotFound(StoreError, LookupError):
+    """The bucket or container a store URL names does not exist.
+
+    Permanent: create it (or fix the URL), then open the store again.
+    ``location`` says which, e.g. ``"S3 bucket 'name'"``.
+    """
+
+    def __init__(self, url: str, location: str) -> None:
+        super().__init__(
+            f"cannot open store {url!r}: the {location} does not exist; create it "
+            "(or fix the URL), then open the store again"
+        )
+        self.url = url
+        self.location = location
+
+
+class InvalidStoreUrl(StoreError, ValueError):
+    """A store location is not a path, a URL or an `ObjectStore`, or its
+    scheme names no backend; nothing was opened."""
+
+    def __init__(self, url: object, reason: str) -> None:
+        super().__init__(f"invalid store URL {url!r}: {reason}")
+        self.url = url
+        self.reason = reason
 
 
 class Fenced(StoreError):

@@ -16,6 +16,12 @@ async with Engine("file:///var/lib/app/durable") as engine:
 On exit the engine lets every running workflow finish its step in flight
 and suspend (its next step runs in the next process), then stops its
 services (in reverse order) and closes the store.
+
+Once another process opens the same store (a second engine, a standby),
+this engine is *fenced*: every wait in progress (``handle.result()``, ...)
+and every later call, reads included, raises `Fenced` (an idle engine
+notices within `OpenOptions.fence_check_interval`, 5 s). Exit it and open a
+new one, or leave the store to the other process.
 """
 
 from __future__ import annotations
@@ -32,9 +38,10 @@ from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.runtimes import WorkflowQueues
 from durable.decorators.services import EngineService, default_services
 from durable.engine.signals import SignalOutcome
-from durable.errors import InvalidArgument, NoEngine
+from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine
 from durable.store.clock import Clock, SystemClock
 from durable.store.objects.base import ObjectStore
+from durable.store.objects.url import check_writer_url
 from durable.store.queue import OpenOptions, Queue
 
 if TYPE_CHECKING:
@@ -46,6 +53,28 @@ log = get_logger("durable.decorators")
 
 #: Where ``Engine()`` keeps its store without a URL: a directory in the cwd.
 DEFAULT_STORE = ".durable"
+
+
+def _check_store(
+    url: str | os.PathLike[str] | ObjectStore | None,
+) -> str | os.PathLike[str] | ObjectStore:
+    if url is None:
+        return DEFAULT_STORE
+    if isinstance(url, ObjectStore):
+        return url
+    try:
+        check_writer_url(url)
+    except InvalidStoreUrl as e:
+        raise InvalidArgument(f"Engine: {e}") from None
+    return url
+
+
+def _raise_if_fenced(queue: Queue) -> None:
+    """Every use of a fenced engine fails: its memory may be stale, and it
+    can commit nothing (the one place every call goes through)."""
+    failure = queue.writer.failure
+    if isinstance(failure, Fenced):
+        raise Fenced(failure.url, failure.seq) from None
 
 
 def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
@@ -78,8 +107,10 @@ class Engine:
 
     ``url`` is the store: a path, a ``file://``, ``s3://``, ``gs://`` or
     ``az://`` URL, ``memory://name``, or an `ObjectStore` (which the caller
-    closes); None is the directory ``./.durable``. ``storage_options`` go
-    to the backend. ``signing_key`` signs every pickle the codec writes and
+    closes); None is the directory ``./.durable``, and any other value or
+    scheme is refused here with `InvalidArgument`. A missing directory is
+    created; a missing bucket or container raises `StoreNotFound` on enter.
+    ``storage_options`` go to the backend. ``signing_key`` signs every pickle the codec writes and
     refuses unsigned ones; ``codec="msgpack"`` refuses values that are not
     plain data. ``concurrency`` caps the runs of each workflow queue that
     execute at once (default 8 per queue; 0 runs none of them in this
@@ -108,7 +139,7 @@ class Engine:
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
         if clock is not None and not isinstance(clock, Clock):
             raise InvalidArgument(f"clock must provide now_ms() and sleep(), got {clock!r}")
-        self._url = url if url is not None else DEFAULT_STORE
+        self._url = _check_store(url)
         self._storage_options = storage_options
         self._concurrency = _check_concurrency(concurrency)
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
@@ -134,16 +165,20 @@ class Engine:
 
     @property
     def queue(self) -> Queue:
-        """The store's `Queue` (`NoEngine` before the engine is entered)."""
+        """The store's `Queue` (`NoEngine` before the engine is entered;
+        `Fenced` once another writer has opened the store)."""
         if self._queue is None:
             raise NoEngine("Engine.queue")
+        _raise_if_fenced(self._queue)
         return self._queue
 
     @property
     def workflows(self) -> WorkflowQueues:
-        """The workflow runtimes, one per workflow queue."""
+        """The workflow runtimes, one per workflow queue (`Fenced` as for `queue`)."""
         if self._workflows is None:
             raise NoEngine("Engine.workflows")
+        if self._queue is not None:
+            _raise_if_fenced(self._queue)
         return self._workflows
 
     def concurrency_of(self, queue: str, default: int) -> int:
@@ -236,11 +271,14 @@ class Engine:
         await self._close()
 
     async def _close(self) -> None:
+        errors: list[BaseException] = []
         # Workflows first: a step in flight may wait on a service (a job).
         if self._workflows is not None:
-            await self._workflows.shutdown()
-            self._workflows = None
-        errors: list[BaseException] = []
+            workflows, self._workflows = self._workflows, None
+            try:
+                await workflows.shutdown()
+            except Exception as e:  # the services and the store still close
+                errors.append(e)
         for service in reversed(self._started):
             try:
                 await service.stop()
@@ -254,6 +292,9 @@ class Engine:
         if self._token is not None:
             reset_engine(self._token)
             self._token = None
+        # A worker that stopped because the engine was fenced is no error of
+        # closing: every call on the engine has raised `Fenced` since.
+        errors = [e for e in errors if not isinstance(e, Fenced)]
         if errors:
             raise errors[0]
 

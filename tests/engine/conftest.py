@@ -1,6 +1,6 @@
 """Fixtures of the engine tests: a `MockClock` and queues opened on the shared store.
 
-The queue's reaper and scheduler sleep an hour, so tests decide alone when
+The queue's reaper, scheduler and fence check sleep an hour, so tests decide alone when
 leases expire (`Queue.reap_now`) and scheduled steps come due
 (`Queue.promote_scheduled_now`). Retries have no backoff unless
 ``open_queue(retry_backoff_base=...)`` asks for one.
@@ -42,6 +42,7 @@ async def open_queue(make_objects: Factory, clock: MockClock) -> AsyncIterator[O
                 clock=clock,
                 reaper_interval=HOUR,
                 scheduler_interval=HOUR,
+                fence_check_interval=HOUR,
                 queue_configs={QUEUE: cfg},
             ),
         )

@@ -22,12 +22,12 @@ Factory = Callable[[], ObjectStore]
 Opener = Callable[..., Awaitable[Queue]]
 Body = Callable[[Step], Awaitable[StepOutcome]]
 
-#: Interval of the queue's reaper and scheduler: tests drive them by hand.
+#: Interval of the queue's reaper, scheduler and fence check: tests drive them by hand.
 HOUR = 3600.0
 #: The runtime's default queue, configured by the ``open_queue`` fixture.
 QUEUE = "workflow-steps"
-#: Tasks of one open queue that sleep on the clock (reaper and scheduler).
-BG = 2
+#: Tasks of one open queue that sleep on the clock (reaper, scheduler, fence check).
+BG = 3
 
 
 class Runner:

@@ -6,7 +6,7 @@ import asyncio
 from typing import Any
 
 import pytest
-from engine_helpers import QUEUE, Factory, RecordingHook, Runner, chain, finish
+from engine_helpers import BG, QUEUE, Factory, RecordingHook, Runner, chain, finish
 
 from durable.engine import (
     Cancel,
@@ -512,7 +512,7 @@ async def test_memo_retention_sweep_runs_in_the_worker_and_after_a_restart(
     rt2 = WorkflowRuntime(q2, Runner(chain(0)), options=RuntimeOptions(memo_retention=30.0))
     clock.advance(30)
     assert rt2.status("swept") is not None
-    await clock.wait_for_sleepers(2)  # the queue's reaper and scheduler are parked
+    await clock.wait_for_sleepers(BG)  # the queue's background loops are parked
     parked = clock.sleepers
     worker = rt2.spawn()  # sweeps at startup, then every poll interval
     try:

@@ -264,3 +264,20 @@ async def test_delete_rejects_a_bare_string() -> None:
     store, _ = _faulty()
     with pytest.raises(TypeError):
         await store.delete("abc")
+
+
+async def test_skip_lets_calls_through_before_the_fault() -> None:
+    store, inner = _faulty()
+    await inner.put("a", b"1")
+    store.fail_next("get", skip=2)
+    store.timeout_next("list", after=False, skip=1)
+    assert await store.get("a") == b"1"
+    assert await store.get("a") == b"1"
+    with pytest.raises(ObjectStoreError, match="injected get fault"):
+        await store.get("a")
+    assert await store.get("a") == b"1"
+    assert await store.list("") == ["a"]
+    with pytest.raises(ObjectStoreTimeout):
+        await store.list("")
+    with pytest.raises(ValueError, match="skip"):
+        store.fail_next("get", skip=-1)

@@ -4,6 +4,7 @@ atomic replace for readers, fsync, name checks and error translation."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
 import sys
 import threading
@@ -287,3 +288,26 @@ async def test_accepts_bytes_like_and_copies(tmp_path: Path) -> None:
     await store.put("b", buf)  # type: ignore[arg-type]
     buf[0] = 0
     assert await store.get("b") == b"abc"
+
+
+@pytest.mark.parametrize("code", [errno.EACCES, errno.EPERM, errno.EROFS])
+def test_permission_and_read_only_errors_are_permanent(tmp_path: Path, code: int) -> None:
+    # Retrying cannot cure them: an open must fail at once, not after its retry window.
+    error = LocalObjectStore(tmp_path)._error("create", "probe/x", OSError(code, os.strerror(code)))
+    assert not error.transient
+    assert os.strerror(code) in str(error)
+    other = LocalObjectStore(tmp_path)._error("put", "x", OSError(errno.EIO, "I/O error"))
+    assert other.transient
+
+
+@pytest.mark.skipif(os.name != "posix" or os.geteuid() == 0, reason="root ignores permissions")
+async def test_an_unwritable_directory_fails_at_once(tmp_path: Path) -> None:
+    root = tmp_path / "ro"
+    root.mkdir()
+    root.chmod(0o500)
+    try:
+        with pytest.raises(ObjectStoreError) as info:
+            await LocalObjectStore(root).put("x", b"1")
+        assert not info.value.transient
+    finally:
+        root.chmod(0o700)

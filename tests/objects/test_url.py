@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from durable.errors import MissingGuarantee
+from durable.errors import InvalidStoreUrl, MissingGuarantee, ObjectNotFound, StoreNotFound
 from durable.store.log import LogReader, LogWriter, WriteBatch
 from durable.store.objects import (
     FsspecObjectStore,
@@ -17,6 +17,8 @@ from durable.store.objects import (
     open_object_store,
     split_url,
 )
+from durable.store.objects.url import check_store_url, check_writer_url
+from durable.store.queue import Queue, QueueReader
 from durable.testing import cloud
 
 
@@ -153,3 +155,108 @@ async def test_gcs_skips_the_grpc_layout_probe() -> None:
     assert type(store.fs).__name__ == "GCSFileSystem"  # not the gRPC-probing subclass
     assert store.fs.requests_timeout == 60.0
     await store.close()
+
+
+# --- locations that cannot be opened (issue 13 point 11) ----------------------
+
+
+@pytest.mark.parametrize("url", ["foo://bar", "FOO://bar/baz", "notaprotocol://x"])
+async def test_an_unknown_scheme_is_refused_naming_the_url_and_the_known_schemes(
+    url: str,
+) -> None:
+    with pytest.raises(InvalidStoreUrl) as exc:
+        await open_object_store(url)
+    assert isinstance(exc.value, ValueError)
+    message = str(exc.value)
+    assert repr(url) in message
+    for scheme in ("file://", "memory://", "s3://", "gs://", "az://"):
+        assert scheme in message
+    with pytest.raises(InvalidStoreUrl):
+        await Queue.open(url)
+    with pytest.raises(InvalidStoreUrl):
+        await QueueReader.open(url)
+
+
+@pytest.mark.parametrize("url", [123, None, b"/tmp/x", 1.5])
+async def test_a_location_that_is_not_a_path_or_url_is_refused(url: object) -> None:
+    with pytest.raises(InvalidStoreUrl, match="a path, a URL string or an ObjectStore") as exc:
+        await open_object_store(url)  # type: ignore[arg-type]
+    assert type(url).__name__ in str(exc.value)
+    with pytest.raises(InvalidStoreUrl):
+        await Queue.open(url)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize("url", ["", "file://", "  "])
+async def test_an_empty_path_is_refused_not_taken_for_the_working_directory(url: str) -> None:
+    with pytest.raises(InvalidStoreUrl, match="empty"):
+        await open_object_store(url)
+
+
+def test_writer_urls_are_checked_without_io() -> None:
+    assert check_writer_url("s3://bucket/prefix") == ("s3", "bucket/prefix")
+    assert check_writer_url("memory://x") == ("memory", "x")
+    assert check_store_url("http://host/x") == ("http", "host/x")  # a reader may open it
+    with pytest.raises(InvalidStoreUrl, match="read-only"):
+        check_writer_url("http://host/x")
+    with pytest.raises(InvalidStoreUrl, match="names no bucket"):
+        check_writer_url("gs://")
+
+
+async def test_a_missing_local_directory_is_created(tmp_path: Path) -> None:
+    root = tmp_path / "not" / "yet"
+    w = await LogWriter.open(await open_object_store(root))
+    await w.commit(WriteBatch().put(b"k", b"v"))
+    await w.close()
+    assert (root / "log").is_dir()
+
+
+def test_a_write_that_finds_no_bucket_names_the_bucket() -> None:
+    from azure.core.exceptions import ResourceNotFoundError
+
+    from durable.store.objects.azure import AzureObjectStore
+    from durable.store.objects.s3 import S3ObjectStore
+
+    s3 = S3ObjectStore(fs=None, root="bkt/p", url="s3://bkt/p")
+    gone = s3.translate(
+        FileNotFoundError("The specified bucket does not exist"), "probe/x", writing=True
+    )
+    assert isinstance(gone, StoreNotFound)
+    assert isinstance(gone, LookupError)
+    assert "S3 bucket 'bkt'" in str(gone)
+    assert "create it" in str(gone)
+    # A read that finds nothing is still just a missing object.
+    assert isinstance(s3.translate(FileNotFoundError("x"), "log/1"), ObjectNotFound)
+    az = AzureObjectStore(fs=None, root="ctr/p", url="az://ctr/p")
+    missing = az.translate(ResourceNotFoundError("ContainerNotFound"), "n", writing=True)
+    assert isinstance(missing, StoreNotFound)
+    assert "Azure container 'ctr'" in str(missing)
+    # A filesystem with directories does not claim a missing bucket.
+    plain = FsspecObjectStore(fs=None, root="dir/p", url="sftp://dir/p")
+    assert isinstance(plain.translate(FileNotFoundError("x"), "n", writing=True), ObjectNotFound)
+
+
+@pytest.mark.emulator
+@pytest.mark.parametrize("backend", cloud.CLOUD_BACKENDS)
+async def test_a_missing_bucket_or_container_raises_store_not_found(backend: str) -> None:
+    if not cloud.available(backend):
+        pytest.skip(f"{cloud.ENV[backend]} is unset: run scripts/test")
+    scheme = {"s3": "s3", "gcs": "gs", "azure": "az"}[backend]
+    bucket = "durable-missing-" + os.urandom(6).hex()
+    url = f"{scheme}://{bucket}/prefix"
+    options = cloud.storage_options(backend)
+    kind = {"s3": "S3 bucket", "gcs": "GCS bucket", "azure": "Azure container"}[backend]
+    with pytest.raises(StoreNotFound) as exc:
+        await Queue.open(url, storage_options=options)
+    assert f"{kind} {bucket!r} does not exist" in str(exc.value)
+    assert "create it" in str(exc.value)
+    assert exc.value.url == url
+    store = await open_object_store(url, options)
+    try:
+        with pytest.raises(StoreNotFound):
+            await LogWriter.open(store)
+        with pytest.raises(StoreNotFound):
+            await store.put("x", b"1")
+        with pytest.raises(ObjectNotFound):
+            await store.get("x")
+    finally:
+        await store.close()

@@ -37,6 +37,7 @@ async def open_queue(make_objects: Factory, clock: MockClock) -> AsyncIterator[O
         options.setdefault("clock", clock)
         options.setdefault("reaper_interval", HOUR)
         options.setdefault("scheduler_interval", HOUR)
+        options.setdefault("fence_check_interval", HOUR)
         q = await Queue.open(make_objects(), OpenOptions(**options))
         opened.append(q)
         return q

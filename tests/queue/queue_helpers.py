@@ -23,5 +23,5 @@ async def claim_one(q: Queue, queue: str = "q", lease: float | None = None) -> C
     return claim
 
 
-#: Tasks of one open queue that sleep on the clock (reaper and scheduler).
-BG = 2
+#: Tasks of one open queue that sleep on the clock (reaper, scheduler, fence check).
+BG = 3

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from conftest import Factory
-from queue_helpers import claim_one
+from queue_helpers import BG, claim_one
 
 from durable.errors import Fenced, StoreClosed
 from durable.store.clock import MockClock
@@ -155,7 +155,7 @@ async def test_operations_after_close_fail_and_close_is_idempotent(open_queue: o
 
 async def test_close_stops_background_tasks(open_queue: object, clock: MockClock) -> None:
     q: Queue = await open_queue(reaper_interval=1, scheduler_interval=1)  # type: ignore[operator]
-    await clock.wait_for_sleepers(2)
+    await clock.wait_for_sleepers(BG)
     await q.close()
     await asyncio.sleep(0)
     assert clock.sleepers == 0
@@ -189,7 +189,7 @@ async def test_heartbeat_beats_and_closes(open_queue: object, clock: MockClock) 
         clock.now_ms(),
     )
     epoch = beat.writer_epoch
-    await clock.wait_for_sleepers(3)
+    await clock.wait_for_sleepers(BG + 1)  # and the heartbeat
     clock.advance(10)
     for _ in range(5):
         await asyncio.sleep(0)

@@ -1,9 +1,11 @@
 """Rebuild a store's state: the newest checkpoint, then the log after it.
 
 Shared by the writer (at open) and by read-only readers (at open and on
-refresh). Objects deleted under a loader by a concurrent checkpoint are
-tolerated by listing again; a log object missing from the middle of the live
-log is reported as corruption, never skipped.
+refresh). Every list and get retries transient errors within a window
+(`durable.store.log.retry`), so one 503 does not fail an open. Objects
+deleted under a loader by a concurrent checkpoint are tolerated by listing
+again; a log object missing from the middle of the live log is reported as
+corruption, never skipped.
 """
 
 from __future__ import annotations
@@ -22,10 +24,11 @@ from durable.store.log.format import (
     log_name,
     parse_seq,
 )
+from durable.store.log.retry import DEFAULT_RETRY_SECONDS, retry_transient
 from durable.store.log.state import State
 from durable.store.objects.base import ObjectStore
 
-__all__ = ["Loaded", "fetch_logs", "list_seqs", "load"]
+__all__ = ["Loaded", "consecutive_after", "fetch_logs", "get_object", "list_seqs", "load"]
 
 _ATTEMPTS = 8
 _FETCH_CONCURRENCY = 32
@@ -46,20 +49,32 @@ class Loaded:
     empty: bool = False
 
 
-async def list_seqs(objects: ObjectStore, prefix: str) -> list[int]:
+async def list_seqs(
+    objects: ObjectStore, prefix: str, retry_seconds: float = DEFAULT_RETRY_SECONDS
+) -> list[int]:
     """Sorted sequence numbers of the objects under ``prefix``."""
-    seqs = (parse_seq(n, prefix) for n in await objects.list(prefix))
+    names = await retry_transient(lambda: objects.list(prefix), prefix, retry_seconds)
+    seqs = (parse_seq(n, prefix) for n in names)
     return sorted(s for s in seqs if s is not None)
 
 
-async def fetch_logs(objects: ObjectStore, seqs: list[int]) -> list[LogObject]:
+async def get_object(
+    objects: ObjectStore, name: str, retry_seconds: float = DEFAULT_RETRY_SECONDS
+) -> bytes:
+    """The bytes of object ``name``, retrying transient errors."""
+    return await retry_transient(lambda: objects.get(name), name, retry_seconds)
+
+
+async def fetch_logs(
+    objects: ObjectStore, seqs: list[int], retry_seconds: float = DEFAULT_RETRY_SECONDS
+) -> list[LogObject]:
     """Read and decode log objects ``seqs`` concurrently, in order."""
     sem = asyncio.Semaphore(_FETCH_CONCURRENCY)
 
     async def one(seq: int) -> LogObject:
         async with sem:
             name = log_name(seq)
-            return decode_log(name, await objects.get(name))
+            return decode_log(name, await get_object(objects, name, retry_seconds))
 
     return list(await asyncio.gather(*(one(s) for s in seqs)))
 
@@ -73,26 +88,29 @@ def consecutive_after(seqs: list[int], after: int) -> tuple[list[int], int | Non
     return run, None
 
 
-async def load(objects: ObjectStore) -> Loaded:
-    """Load the newest checkpoint and replay the log objects after it."""
+async def load(objects: ObjectStore, retry_seconds: float = DEFAULT_RETRY_SECONDS) -> Loaded:
+    """Load the newest checkpoint and replay the log objects after it.
+
+    Transient errors are retried for ``retry_seconds`` per call.
+    """
     gap: int | None = None
     for _ in range(_ATTEMPTS):
-        ckpts = await list_seqs(objects, CKPT_PREFIX)
+        ckpts = await list_seqs(objects, CKPT_PREFIX, retry_seconds)
         ck_seq = ckpts[-1] if ckpts else 0
         try:
             if ck_seq:
                 name = ckpt_name(ck_seq)
-                ck = decode_checkpoint(name, await objects.get(name))
+                ck = decode_checkpoint(name, await get_object(objects, name, retry_seconds))
                 state = State(list(zip(ck.keys, ck.values, strict=True)))
                 markers = list(ck.markers)
             else:
                 state, markers = State(), []
-            logs = await list_seqs(objects, LOG_PREFIX)
+            logs = await list_seqs(objects, LOG_PREFIX, retry_seconds)
             run, gap = consecutive_after(logs, ck_seq)
             if gap is not None:
                 continue  # a checkpoint trimmed the log under us: list again
             seq = ck_seq
-            for log in await fetch_logs(objects, run):
+            for log in await fetch_logs(objects, run, retry_seconds):
                 state.apply(log.ops)
                 if log.marker:
                     markers.append(log.seq)

@@ -4,7 +4,9 @@ A watcher registers a key and gets a future. A commit that puts or deletes
 that key resolves the future once it is *durable* (with the writer's
 failure, should the commit never become durable). Registering is
 synchronous, so a caller that reads the state and then registers, with no
-``await`` in between, cannot miss a write.
+``await`` in between, cannot miss a write. Once the writer has stopped
+(fenced, failed or closed), every watcher fails with its error, and so does
+every watch registered later, at once.
 """
 
 from __future__ import annotations
@@ -23,17 +25,22 @@ __all__ = ["KeyWatchers"]
 class KeyWatchers:
     """Futures keyed by store key, resolved by the durable commit that writes the key."""
 
-    __slots__ = ("_by_key",)
+    __slots__ = ("_by_key", "_stopped")
 
     def __init__(self) -> None:
         self._by_key: dict[bytes, list[asyncio.Future[None]]] = {}
+        self._stopped: BaseException | None = None
 
     def __bool__(self) -> bool:
         return bool(self._by_key)
 
     def watch(self, key: bytes) -> asyncio.Future[None]:
-        """A future resolved once a commit writing ``key`` is durable."""
+        """A future resolved once a commit writing ``key`` is durable (failed
+        at once if the writer has stopped)."""
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        if self._stopped is not None:
+            fut.set_exception(self._stopped)
+            return fut
         self._by_key.setdefault(key, []).append(fut)
         return fut
 
@@ -67,6 +74,11 @@ class KeyWatchers:
                 if not fut.done():
                     fut.set_exception(error)
         self._by_key.clear()
+
+    def stop(self, error: BaseException) -> None:
+        """Fail every watcher, and every later one at once: the writer stopped."""
+        self._stopped = error
+        self.fail_all(error)
 
 
 def _resolve(futs: list[asyncio.Future[None]], durable: Durable) -> None:

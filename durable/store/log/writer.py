@@ -10,7 +10,9 @@ Fencing: a writer opens by creating an *open marker* at the next sequence
 number. An older writer's next create then finds that name taken by bytes
 that are not its own, and it fails every commit from then on with `Fenced`.
 Markers are never deleted when the log is trimmed, so a fenced writer that
-wakes up much later still finds its next name taken.
+wakes up much later still finds its next name taken. An idle writer learns
+it was fenced with `LogWriter.check_fenced`: one read of the name after its
+last log object, which a newer writer's marker (or log) then holds.
 
 Should a group fail to reach the store (after retries for transient errors,
 or on fencing), the writer stops: memory now holds changes that may never be
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 from collections.abc import Callable, Generator
 from dataclasses import dataclass
@@ -29,6 +32,7 @@ from typing import Any
 
 from durable._logging import get_logger
 from durable.errors import (
+    CorruptObject,
     Fenced,
     MissingGuarantee,
     ObjectExists,
@@ -36,6 +40,7 @@ from durable.errors import (
     ObjectStoreError,
     StoreClosed,
     StoreError,
+    UnsupportedFormat,
 )
 from durable.store.log.batch import WriteBatch
 from durable.store.log.format import (
@@ -48,14 +53,20 @@ from durable.store.log.format import (
     encode_log,
     log_name,
 )
-from durable.store.log.loader import list_seqs, load
+from durable.store.log.loader import get_object, list_seqs, load
+from durable.store.log.retry import DEFAULT_RETRY_SECONDS, create_retrying, retry_transient
 from durable.store.log.state import State
 from durable.store.log.watch import KeyWatchers
 from durable.store.objects.base import Guarantee, ObjectStore
 
-__all__ = ["Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
+__all__ = ["PROBE_PREFIX", "Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
 
 log = get_logger("durable.store.log")
+
+#: Where `probe_atomic_create` writes its short-lived objects.
+PROBE_PREFIX = "probe/"
+#: Checks of one open before the backend is refused (see `probe_atomic_create`).
+_PROBE_ATTEMPTS = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,8 +78,9 @@ class LogOptions:
     checkpoint_min_bytes: int = 4 << 20
     #: Checkpoint once this many log objects follow the last one (bounds reopen).
     checkpoint_max_objects: int = 2000
-    #: Keep retrying a transient write failure this long before the writer stops.
-    write_retry_seconds: float = 30.0
+    #: Keep retrying a transient write failure this long before the writer
+    #: stops; also the window of every read, list, probe and delete at open.
+    write_retry_seconds: float = DEFAULT_RETRY_SECONDS
     #: Write a final checkpoint at `LogWriter.close`.
     checkpoint_on_close: bool = True
 
@@ -132,26 +144,60 @@ class _Group:
         self.durable = Durable(self.future)
 
 
-async def probe_atomic_create(objects: ObjectStore) -> None:
+async def probe_atomic_create(
+    objects: ObjectStore, retry_seconds: float = DEFAULT_RETRY_SECONDS
+) -> None:
     """Check that a second create of one name fails; `MissingGuarantee` if not.
 
     Catches backends that accept a create-if-absent but do not honour it
-    (gcp-storage-emulator, some proxies), before anything is written.
+    (gcp-storage-emulator, some proxies), before anything else is written.
+    Every call retries transient errors for ``retry_seconds``. Once the
+    check passes, every probe object is deleted: this one and any that a
+    writer which crashed mid-probe left behind (only writers delete them).
+
+    A writer opening at the same moment may delete this probe in the middle
+    of its check; the second create then succeeds, as on a broken backend.
+    So a failed check runs again under a new name (a concurrent sweep lists
+    once, it cannot delete a name created after its listing), and only a
+    backend that accepts the second create every time is refused.
     """
-    name = f"probe/{os.urandom(12).hex()}"
-    await objects.create(name, b"first")
+    for _ in range(_PROBE_ATTEMPTS):
+        name = f"{PROBE_PREFIX}{os.urandom(12).hex()}"
+        first = os.urandom(16)
+        if await _second_create_refused(objects, name, first, retry_seconds):
+            await _delete_probes(objects, name, retry_seconds)
+            return
+        await retry_transient(functools.partial(objects.delete, [name]), name, retry_seconds)
+    raise MissingGuarantee(
+        objects.url,
+        Guarantee.ATOMIC_CREATE.value + " (a second create of one name was accepted)",
+    )
+
+
+async def _second_create_refused(
+    objects: ObjectStore, name: str, first: bytes, retry_seconds: float
+) -> bool:
+    """Create ``name``, create it again: True if the second was refused and
+    the first bytes stayed. A crash here leaves the probe to the next open."""
+    if await create_retrying(objects, name, first, retry_seconds) is not None:
+        return False  # someone else's bytes under our random name: check again
     try:
+        await retry_transient(lambda: objects.create(name, b"second"), name, retry_seconds)
+    except ObjectExists:
         try:
-            await objects.create(name, b"second")
-        except ObjectExists:
-            if await objects.get(name) == b"first":
-                return
-        raise MissingGuarantee(
-            objects.url,
-            Guarantee.ATOMIC_CREATE.value + " (a second create of one name was accepted)",
-        )
-    finally:
-        await objects.delete([name])
+            return await get_object(objects, name, retry_seconds) == first
+        except ObjectNotFound:
+            return False  # deleted by a concurrent writer's sweep
+    return False
+
+
+async def _delete_probes(objects: ObjectStore, own: str, retry_seconds: float) -> None:
+    """Delete ``own`` and every other probe object (orphans of crashed opens)."""
+    names = await retry_transient(lambda: objects.list(PROBE_PREFIX), PROBE_PREFIX, retry_seconds)
+    doomed = sorted({own, *names})
+    if len(doomed) > 1:
+        log.info("removing probe objects left by an earlier open", count=len(doomed) - 1)
+    await retry_transient(lambda: objects.delete(doomed), own, retry_seconds)
 
 
 class LogWriter:
@@ -183,6 +229,7 @@ class LogWriter:
         self._ckpt_task: asyncio.Task[None] | None = None
         self._bg: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
+        self._stop_callbacks: list[Callable[[StoreError], object]] = []
         #: Waiters for a commit that writes a given key to be durable.
         self.watchers = KeyWatchers()
 
@@ -193,9 +240,10 @@ class LogWriter:
         """Load the store at ``objects`` and become its writer, fencing any other."""
         if Guarantee.ATOMIC_CREATE not in objects.guarantees:
             raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
-        await probe_atomic_create(objects)
-        loaded = await load(objects)
-        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options or LogOptions())
+        options = options or LogOptions()
+        await probe_atomic_create(objects, options.write_retry_seconds)
+        loaded = await load(objects, options.write_retry_seconds)
+        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options)
         self._since_objects = loaded.seq - loaded.ckpt_seq
         while True:  # claim the next sequence number with an open marker
             seq = self._seq + 1
@@ -233,7 +281,7 @@ class LogWriter:
             await asyncio.gather(*self._bg, return_exceptions=True)
         if self._failure is None:
             self._failure = StoreClosed(self.objects.url)
-        self.watchers.fail_all(self._failure)
+            self._fail_waiters(self._failure)
 
     # ---------------------------------------------------------------- commits
 
@@ -251,6 +299,45 @@ class LogWriter:
     def failure(self) -> StoreError | None:
         """Why this writer stopped, or None while it works."""
         return self._failure
+
+    def add_stop_callback(self, fn: Callable[[StoreError], object]) -> None:
+        """Call ``fn(failure)`` once, when the writer stops (fenced, failed or
+        closed), after every pending commit and key watcher has failed."""
+        self._stop_callbacks.append(fn)
+
+    async def check_fenced(self) -> bool:
+        """Whether another writer has opened the store since this one last
+        wrote; if so, stop with `Fenced` as a write would have.
+
+        One read of the log object after this writer's last (absent while it
+        owns the store; a newer writer's open marker once fenced, and markers
+        are never trimmed). Skipped while a flush is in flight: its create
+        finds out by itself. A transient error is logged and answers False.
+        """
+        if self._failure is not None:
+            return isinstance(self._failure, Fenced)
+        if self._inflight is not None or self._closing:
+            return False
+        seq = self._seq + 1
+        name = log_name(seq)
+        try:
+            data = await self.objects.get(name)
+        except ObjectNotFound:
+            return False
+        except ObjectStoreError as e:
+            log.warning("fence check failed", url=self.objects.url, error=str(e))
+            return False
+        if self._failure is not None:
+            return isinstance(self._failure, Fenced)
+        try:
+            ours = decode_log(name, data).writer == self.writer_id
+        except (CorruptObject, UnsupportedFormat):
+            ours = False  # not our bytes: this writer can never write there
+        if ours:
+            return False  # our own flush landed meanwhile
+        if self._inflight is None:  # else that flush finds the name taken itself
+            self._fail(Fenced(self.objects.url, seq), [])
+        return True
 
     def commit(self, batch: WriteBatch, *, lazy: bool = False) -> Durable:
         """Apply ``batch`` now; the result resolves once it is durable.
@@ -314,6 +401,8 @@ class LogWriter:
             if not self._closing:
                 await self._wakeup.wait()
             self._wakeup.clear()
+            if self._failure is not None:
+                return  # stopped while idle (`check_fenced`)
             g = self._open
             if not g.ops and not g.released:
                 if self._closing:
@@ -353,40 +442,40 @@ class LogWriter:
         else:
             failure = StoreClosed(self.objects.url, f"a log write failed: {e!r}")
             failure.__cause__ = e
+        self._fail(failure, [g], quiet=isinstance(e, asyncio.CancelledError))
+
+    def _fail(self, failure: StoreError, groups: list[_Group], *, quiet: bool = False) -> None:
+        """Stop: fail ``groups``, the open group and every waiter with ``failure``."""
         self._failure = failure
-        if isinstance(e, asyncio.CancelledError):  # the loop is shutting down
+        if quiet:  # the loop is shutting down
             log.debug("writer stopped", url=self.objects.url, error=str(failure))
         else:
             log.error("writer stopped", url=self.objects.url, error=str(failure))
-        for grp in (g, self._open):
+        for grp in (*groups, self._open):
             if not grp.future.done():
                 grp.future.set_exception(failure)
-        self.watchers.fail_all(failure)
+        self._wakeup.set()  # an idle flusher exits
+        self._fail_waiters(failure)
+
+    def _fail_waiters(self, failure: StoreError) -> None:
+        self.watchers.stop(failure)
+        callbacks, self._stop_callbacks = self._stop_callbacks, []
+        for fn in callbacks:
+            fn(failure)
 
     async def _create(self, seq: int, data: bytes) -> LogObject | None:
         """Create log object ``seq``; None once ours stands there, else theirs."""
         name = log_name(seq)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.options.write_retry_seconds
-        delay = 0.005
-        while True:
-            try:
-                try:
-                    await self.objects.create(name, data)
-                    return None
-                except ObjectExists:
-                    existing = await self.objects.get(name)
-                    # A retried create whose first try had landed finds our bytes.
-                    return None if existing == data else decode_log(name, existing)
-            except ObjectNotFound:
-                raise Fenced(self.objects.url, seq) from None  # trimmed: a newer writer
-            except ObjectStoreError as e:
-                if not e.transient or loop.time() + delay > deadline:
-                    raise
-                self.stats.write_retries += 1
-                log.warning("log write retry", object=name, error=str(e))
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 1.0)
+        try:
+            existing = await create_retrying(
+                self.objects, name, data, self.options.write_retry_seconds, self._retried
+            )
+        except ObjectNotFound:
+            raise Fenced(self.objects.url, seq) from None  # trimmed: a newer writer
+        return None if existing is None else decode_log(name, existing)
+
+    def _retried(self, _error: ObjectStoreError) -> None:
+        self.stats.write_retries += 1
 
     # ------------------------------------------------------------ checkpoints
 
@@ -420,12 +509,11 @@ class LogWriter:
         self._since_bytes = 0
         keep = set(markers)
         try:
-            old = [ckpt_name(s) for s in await list_seqs(self.objects, CKPT_PREFIX) if s < seq]
-            old += [
-                log_name(s)
-                for s in await list_seqs(self.objects, LOG_PREFIX)
-                if s <= seq and s not in keep
-            ]
+            window = self.options.write_retry_seconds
+            ckpts = await list_seqs(self.objects, CKPT_PREFIX, window)
+            old = [ckpt_name(s) for s in ckpts if s < seq]
+            logs = await list_seqs(self.objects, LOG_PREFIX, window)
+            old += [log_name(s) for s in logs if s <= seq and s not in keep]
             await self.objects.delete(old)
         except ObjectStoreError as e:
             log.warning("log trim failed", url=self.objects.url, seq=seq, error=str(e))

@@ -12,7 +12,7 @@ import weakref
 from collections.abc import Mapping
 from typing import Any
 
-from durable.errors import DurableError, ObjectExists, ObjectNotFound
+from durable.errors import DurableError, ObjectExists
 from durable.store.objects.base import Guarantee
 from durable.store.objects.fsspec_store import FsspecObjectStore
 
@@ -23,6 +23,7 @@ class AzureObjectStore(FsspecObjectStore):
     """Objects under ``az://container/prefix``."""
 
     guarantees = frozenset({Guarantee.ATOMIC_CREATE, Guarantee.DURABLE_WRITE, Guarantee.SHARED})
+    location_kind = "Azure container"
 
     @classmethod
     async def open(
@@ -35,7 +36,7 @@ class AzureObjectStore(FsspecObjectStore):
         fs = adlfs.AzureBlobFileSystem(asynchronous=True, skip_instance_cache=True, **opts)
         return cls.at(fs, "az", container, prefix)
 
-    def translate(self, e: BaseException, name: str, *, creating: bool = False) -> DurableError:
+    def translate(self, e: BaseException, name: str, *, writing: bool = False) -> DurableError:
         """Also map the Azure SDK's own errors."""
         from azure.core.exceptions import (
             ResourceExistsError,
@@ -46,8 +47,8 @@ class AzureObjectStore(FsspecObjectStore):
         if isinstance(e, ResourceExistsError | ResourceModifiedError):
             return ObjectExists(name)
         if isinstance(e, ResourceNotFoundError):
-            return ObjectNotFound(name)
-        return super().translate(e, name, creating=creating)
+            return self.not_found(name, writing=writing)
+        return super().translate(e, name, writing=writing)
 
     async def close(self) -> None:
         """Close the service client (and drop adlfs's exit-time closer of it)."""

@@ -6,7 +6,8 @@ For tests and benchmarks. It delegates to an inner store and can:
   on a network);
 - fail the next calls of one operation (`FaultyObjectStore.fail_next`), or
   make them time out before or after the inner call took effect
-  (`FaultyObjectStore.timeout_next`);
+  (`FaultyObjectStore.timeout_next`), optionally after letting ``skip``
+  calls of it through (to hit the N-th call of a sequence);
 - crash: after N more successful writes, every call raises `SimulatedCrash`
   (`FaultyObjectStore.crash_after_writes`), as if the process had died;
 - count calls per operation and bytes written.
@@ -45,6 +46,7 @@ class _Fault:
     timeout: bool  # raise ObjectStoreTimeout; else raise ``exc`` without delegating
     after: bool = False  # a timeout after the inner call took effect
     exc: BaseException | None = None  # None: a default ObjectStoreError
+    passthrough: bool = False  # no fault: this call goes through (``skip``)
 
 
 class FaultyObjectStore(ObjectStore):
@@ -79,22 +81,26 @@ class FaultyObjectStore(ObjectStore):
 
     # ------------------------------------------------------------ scripting
 
-    def fail_next(self, op: str, exc: BaseException | None = None, count: int = 1) -> None:
+    def fail_next(
+        self, op: str, exc: BaseException | None = None, count: int = 1, *, skip: int = 0
+    ) -> None:
         """Make the next ``count`` calls of ``op`` raise ``exc`` without delegating.
 
-        The default ``exc`` is a transient `ObjectStoreError`.
+        The default ``exc`` is a transient `ObjectStoreError`. With ``skip``,
+        that many calls of ``op`` go through first.
         """
-        queue = self._queue(op)
+        queue = self._skip(op, skip)
         for _ in range(count):
             queue.append(_Fault(timeout=False, exc=exc))
 
-    def timeout_next(self, op: str, after: bool = True) -> None:
+    def timeout_next(self, op: str, after: bool = True, *, skip: int = 0) -> None:
         """Make the next call of ``op`` raise `ObjectStoreTimeout`.
 
         With ``after=True`` the inner call runs first (a write lands, but the
-        caller does not learn it); with ``after=False`` nothing happens.
+        caller does not learn it); with ``after=False`` nothing happens. With
+        ``skip``, that many calls of ``op`` go through first.
         """
-        self._queue(op).append(_Fault(timeout=True, after=after))
+        self._skip(op, skip).append(_Fault(timeout=True, after=after))
 
     def crash_after_writes(self, n: int) -> None:
         """Crash once ``n`` more writes (put, create, delete) have succeeded.
@@ -120,6 +126,13 @@ class FaultyObjectStore(ObjectStore):
             raise ValueError(f"unknown operation {op!r}; expected one of {', '.join(_OPS)}")
         return self._faults[op]
 
+    def _skip(self, op: str, skip: int) -> collections.deque[_Fault]:
+        if isinstance(skip, bool) or not isinstance(skip, int) or skip < 0:
+            raise ValueError(f"skip needs an int >= 0, got {skip!r}")
+        queue = self._queue(op)
+        queue.extend(_Fault(timeout=False, passthrough=True) for _ in range(skip))
+        return queue
+
     # ------------------------------------------------------------ machinery
 
     async def _call(self, op: str, name: str, size: int, call: Callable[[], Awaitable[_T]]) -> _T:
@@ -129,6 +142,8 @@ class FaultyObjectStore(ObjectStore):
             await self._sleep(self.latency)
             self._check_alive()
         fault = self._faults[op].popleft() if self._faults[op] else None
+        if fault is not None and fault.passthrough:
+            fault = None
         if fault is not None and not fault.timeout:
             raise fault.exc or ObjectStoreError(f"injected {op} fault on {name!r}", name=name)
         if fault is not None and not fault.after:

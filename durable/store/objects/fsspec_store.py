@@ -24,6 +24,7 @@ from durable.errors import (
     ObjectNotFound,
     ObjectStoreError,
     ObjectStoreTimeout,
+    StoreNotFound,
 )
 from durable.store.objects.base import Guarantee, ObjectStore
 
@@ -38,6 +39,10 @@ class FsspecObjectStore(ObjectStore):
     """
 
     guarantees: frozenset[Guarantee] = frozenset({Guarantee.SHARED})
+    #: What the first segment of the root is (``"S3 bucket"``) on a backend
+    #: without directories, where a write finding nothing means it is missing
+    #: (`StoreNotFound`); None elsewhere.
+    location_kind: str | None = None
     #: Pass ``start=0`` to ``_cat_file`` (one GET instead of HEAD + GET on s3fs).
     _cat_start: int | None = None
 
@@ -89,14 +94,14 @@ class FsspecObjectStore(ObjectStore):
         try:
             await self.fs._pipe_file(self.path(name), bytes(data))
         except Exception as e:
-            raise self.translate(e, name) from e
+            raise self.translate(e, name, writing=True) from e
 
     async def create(self, name: str, data: bytes) -> None:
         """Create-if-absent through the backend's conditional write."""
         try:
             await self.fs._pipe_file(self.path(name), bytes(data), mode="create")
         except Exception as e:
-            raise self.translate(e, name, creating=True) from e
+            raise self.translate(e, name, writing=True) from e
 
     async def list(self, prefix: str) -> list[str]:
         """Names under ``prefix``, sorted (a server-side prefix listing)."""
@@ -128,14 +133,19 @@ class FsspecObjectStore(ObjectStore):
 
     # ----------------------------------------------------------- translation
 
-    def translate(self, e: BaseException, name: str, *, creating: bool = False) -> DurableError:
-        """Our error for backend error ``e`` on object ``name``."""
+    def translate(self, e: BaseException, name: str, *, writing: bool = False) -> DurableError:
+        """Our error for backend error ``e`` on object ``name``.
+
+        On a bucket store (`location_kind`), a write (``writing``) that
+        finds nothing can only be missing its bucket or container: object
+        stores have no directories.
+        """
         if isinstance(e, DurableError):
             return e
         if isinstance(e, FileExistsError):
             return ObjectExists(name)
         if isinstance(e, FileNotFoundError):
-            return ObjectNotFound(name)
+            return self.not_found(name, writing=writing)
         if isinstance(e, asyncio.TimeoutError | TimeoutError):
             return ObjectStoreTimeout(f"{self._url}: {name!r}: timed out ({e})", name=name)
         err = ObjectStoreError(f"{self._url}: {name!r}: {type(e).__name__}: {e}", name=name)
@@ -144,3 +154,11 @@ class FsspecObjectStore(ObjectStore):
         ):
             err.transient = False  # credentials or policy: retrying will not help
         return err
+
+    def not_found(self, name: str, *, writing: bool) -> ObjectNotFound | StoreNotFound:
+        """`ObjectNotFound` for ``name``; `StoreNotFound` naming the bucket for
+        a write to a bucket store."""
+        if not writing or self.location_kind is None:
+            return ObjectNotFound(name)
+        location = self.root.partition("/")[0]
+        return StoreNotFound(self._url, f"{self.location_kind} {location!r}")

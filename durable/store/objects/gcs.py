@@ -26,6 +26,7 @@ class GCSObjectStore(FsspecObjectStore):
     """Objects under ``gs://bucket/prefix``."""
 
     guarantees = frozenset({Guarantee.ATOMIC_CREATE, Guarantee.DURABLE_WRITE, Guarantee.SHARED})
+    location_kind = "GCS bucket"
 
     @classmethod
     async def open(

@@ -47,6 +47,8 @@ _ABSENT = (errno.ENOENT, errno.ENOTDIR)
 #: ... and for get and delete also: the name is a directory, which (like a
 #: common prefix in a bucket) is not an object.
 _NOT_AN_OBJECT = (*_ABSENT, errno.EISDIR)
+#: errno values that retrying will not cure: permissions, a read-only mount.
+_PERMANENT = (errno.EACCES, errno.EPERM, errno.EROFS)
 
 
 class LocalObjectStore(ObjectStore):
@@ -201,7 +203,10 @@ class LocalObjectStore(ObjectStore):
 
     def _error(self, op: str, name: str, exc: OSError) -> ObjectStoreError:
         reason = exc.strerror or str(exc)
-        return ObjectStoreError(f"cannot {op} {name!r} in {self.url}: {reason}", name=name)
+        err = ObjectStoreError(f"cannot {op} {name!r} in {self.url}: {reason}", name=name)
+        if exc.errno in _PERMANENT:
+            err.transient = False  # fix the permissions or the mount, then open again
+        return err
 
 
 def _check_segments(name: str, segments: list[str], what: str = "object name") -> None:

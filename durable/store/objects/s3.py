@@ -25,6 +25,7 @@ class S3ObjectStore(FsspecObjectStore):
     """Objects under ``s3://bucket/prefix``."""
 
     guarantees = frozenset({Guarantee.ATOMIC_CREATE, Guarantee.DURABLE_WRITE, Guarantee.SHARED})
+    location_kind = "S3 bucket"
     _cat_start = 0
 
     @classmethod

@@ -10,6 +10,11 @@
 | ``az://container/prefix``, ``abfs://...`` | `AzureObjectStore` (``durable[azure]``) |
 | any other fsspec protocol | `FsspecObjectStore`: readers only |
 
+Anything else (an unknown scheme, an empty path, a value that is not a
+path) is refused with `InvalidStoreUrl` before anything is opened; a cloud
+URL whose bucket or container does not exist opens, and its first write
+raises `StoreNotFound`.
+
 ``storage_options`` go to the backend's filesystem as keyword arguments
 (credentials, ``endpoint_url``, ``connection_string``, ...); without them
 each provider's usual environment variables apply (``AWS_*``,
@@ -22,12 +27,31 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from durable.errors import InvalidStoreUrl
 from durable.store.objects.base import ObjectStore
 from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.memory import MemoryObjectStore
 
-__all__ = ["open_object_store", "resolve_store", "split_url"]
+__all__ = [
+    "WRITER_SCHEMES",
+    "check_store_url",
+    "check_writer_url",
+    "open_object_store",
+    "resolve_store",
+    "split_url",
+]
+
+_LOCAL = ("file", "local")
+_S3 = ("s3", "s3a")
+_GCS = ("gs", "gcs")
+_AZURE = ("az", "abfs", "abfss")
+#: The schemes a writer (a `Queue`, an `Engine`) can open.
+WRITER_SCHEMES = (*_LOCAL, "memory", *_S3, *_GCS, *_AZURE)
+_WRITERS = (
+    "a store that can be written is a path or a file://, memory://, s3:// (s3a://), "
+    "gs:// (gcs://) or az:// (abfs://, abfss://) URL"
+)
 
 
 def split_url(url: str | os.PathLike[str]) -> tuple[str, str]:
@@ -39,32 +63,84 @@ def split_url(url: str | os.PathLike[str]) -> tuple[str, str]:
     return protocol.lower(), rest
 
 
+def _text(url: object) -> str:
+    path = os.fspath(url) if isinstance(url, os.PathLike) else url
+    if not isinstance(path, str):
+        raise InvalidStoreUrl(
+            url, f"a store is a path, a URL string or an ObjectStore, not {type(url).__name__}"
+        )
+    return path
+
+
+def check_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:
+    """``(protocol, rest)`` of a store location, checked without I/O.
+
+    `InvalidStoreUrl` for a value that is not a path or URL string, an
+    empty path, a cloud URL without a bucket, or a scheme that neither
+    durable nor fsspec knows (the message lists the known schemes).
+    """
+    text = _text(url)
+    protocol, rest = split_url(text)
+    if protocol in _LOCAL and not rest.strip():
+        raise InvalidStoreUrl(text, "the path is empty; name a directory or a URL")
+    if protocol in (*_S3, *_GCS, *_AZURE):
+        _bucket(text, rest)
+    elif protocol not in WRITER_SCHEMES and not _fsspec_knows(protocol):
+        raise InvalidStoreUrl(
+            text,
+            f"unknown scheme {protocol!r}; {_WRITERS}, and a read-only view also opens "
+            "any other fsspec protocol",
+        )
+    return protocol, rest
+
+
+def check_writer_url(url: str | os.PathLike[str]) -> tuple[str, str]:
+    """As `check_store_url`, also refusing schemes that only readers can open."""
+    protocol, rest = check_store_url(url)
+    if protocol not in WRITER_SCHEMES:
+        raise InvalidStoreUrl(
+            os.fspath(url),
+            f"scheme {protocol!r} opens read-only views only (it has no atomic "
+            f"create-if-absent); {_WRITERS}",
+        )
+    return protocol, rest
+
+
+def _fsspec_knows(protocol: str) -> bool:
+    import fsspec
+
+    return protocol in fsspec.available_protocols()
+
+
 def _bucket(url: str, rest: str) -> tuple[str, str]:
     bucket, _, prefix = rest.partition("/")
     if not bucket:
-        raise ValueError(f"store URL {url!r} names no bucket or container")
+        raise InvalidStoreUrl(url, "it names no bucket or container")
     return bucket, prefix.strip("/")
 
 
 async def open_object_store(
     url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
 ) -> ObjectStore:
-    """The object store at ``url``; close it with ``await store.close()``."""
-    protocol, rest = split_url(url)
+    """The object store at ``url``; close it with ``await store.close()``.
+
+    `InvalidStoreUrl` if ``url`` is not a usable location (see `check_store_url`).
+    """
+    protocol, rest = check_store_url(url)
     text = os.fspath(url)
-    if protocol in ("file", "local"):
+    if protocol in _LOCAL:
         return LocalObjectStore(rest)
     if protocol == "memory":
         return MemoryObjectStore.named(rest.strip("/") or "default")
-    if protocol in ("s3", "s3a"):
+    if protocol in _S3:
         from durable.store.objects.s3 import S3ObjectStore
 
         return await S3ObjectStore.open(*_bucket(text, rest), storage_options)
-    if protocol in ("gs", "gcs"):
+    if protocol in _GCS:
         from durable.store.objects.gcs import GCSObjectStore
 
         return await GCSObjectStore.open(*_bucket(text, rest), storage_options)
-    if protocol in ("az", "abfs", "abfss"):
+    if protocol in _AZURE:
         from durable.store.objects.azure import AzureObjectStore
 
         return await AzureObjectStore.open(*_bucket(text, rest), storage_options)

@@ -1,8 +1,10 @@
-"""The tasks an open queue runs: reaper, scheduler and liveness heartbeat.
+"""The tasks an open queue runs: reaper, scheduler, fence check and liveness heartbeat.
 
 Each loop sleeps on the store's `Clock`, so `MockClock.advance` drives
 them. Errors are logged and the loop goes on; a loop ends when the writer
-has stopped (fenced or failed) or the queue closes.
+has stopped (fenced or failed) or the queue closes. The fence check
+(`LogWriter.check_fenced`) stops a writer that another process fenced while
+it was idle, which fails every pending wait on the store with `Fenced`.
 """
 
 from __future__ import annotations
@@ -42,6 +44,8 @@ class Background:
             self._spawn(self._every(opts.liveness_heartbeat, self._beat_tick), "heartbeat")
         self._spawn(self._every(opts.reaper_interval, self._reaper_tick), "reaper")
         self._spawn(self._every(opts.scheduler_interval, self._scheduler_tick), "scheduler")
+        if opts.fence_check_interval is not None:
+            self._spawn(self._every(opts.fence_check_interval, self._fence_tick), "fence-check")
 
     async def stop(self) -> None:
         """Stop every loop; write a closing beat (best effort)."""
@@ -94,6 +98,9 @@ class Background:
 
     async def _scheduler_tick(self) -> None:
         self.maintenance.promote_due()
+
+    async def _fence_tick(self) -> None:
+        await self.core.writer.check_fenced()
 
     async def _beat_tick(self) -> None:
         await self.beat(closed=False)

@@ -37,6 +37,7 @@ class Core:
     def __post_init__(self) -> None:
         self.ids = IdGenerator(self.clock)
         self.leases = LeaseRegistry(self.clock)
+        self.writer.add_stop_callback(self.waiters.fail_all)
 
     @property
     def clock(self) -> Clock:

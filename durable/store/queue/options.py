@@ -152,6 +152,12 @@ class OpenOptions:
     payload_offload_threshold: int | None = DEFAULT_PAYLOAD_OFFLOAD_THRESHOLD
     #: Period of the liveness heartbeat; None writes none.
     liveness_heartbeat: float | None = None
+    #: Period of the fence check of an idle writer: one read of the log
+    #: object after its last (720 requests an hour at 5 s, skipped while a
+    #: flush is in flight), so that a writer another process fenced stops
+    #: and fails its waiters with `Fenced` without waiting for its next
+    #: write. None checks only at writes.
+    fence_check_interval: float | None = 5.0
     #: Tuning of the underlying log writer.
     log_options: LogOptions | None = None
 
@@ -173,6 +179,8 @@ class OpenOptions:
             _int("payload_offload_threshold", self.payload_offload_threshold, 0, _U64_MAX)
         if self.liveness_heartbeat is not None:
             _seconds("liveness_heartbeat", self.liveness_heartbeat, positive=True)
+        if self.fence_check_interval is not None:
+            _seconds("fence_check_interval", self.fence_check_interval, positive=True)
 
     def config_for(self, queue: str) -> QueueConfig:
         """The config of ``queue``."""

@@ -3,7 +3,8 @@
 A waiter registers its job id *before* reading the job's state; every
 terminal transition hands the outcome it wrote to that job's waiters after
 its commit (building the outcome only if someone waits). An outcome
-delivered after registration beats a `NotFound` read.
+delivered after registration beats a `NotFound` read. When the writer
+stops (fenced, failed, closed), every waiter fails with its error.
 """
 
 from __future__ import annotations
@@ -88,6 +89,14 @@ class CompletionWaiters:
     def waiting(self, id: str) -> bool:
         """True if someone waits for job ``id``."""
         return id in self._by_id
+
+    def fail_all(self, error: BaseException) -> None:
+        """Fail every waiter with ``error`` (the writer has stopped)."""
+        by_id, self._by_id = self._by_id, {}
+        for futs in by_id.values():
+            for fut in futs:
+                if not fut.done():
+                    fut.set_exception(error)
 
     def deliver(self, id: str, outcome: Callable[[], Completion]) -> None:
         """Hand the outcome (built only if needed) to every waiter of ``id``."""

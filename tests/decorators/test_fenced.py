@@ -1,0 +1,178 @@
+"""A fenced engine fails its waits and every later call (issue 13 point 10).
+
+Another writer opening the store fences this engine. Before, an idle
+fenced engine learnt it only at its next write, so ``handle.result(timeout)``
+slept on its KV watch for the whole timeout. Now the queue's fence check
+(one read every `OpenOptions.fence_check_interval` of the store's clock)
+stops the writer, which fails every watcher with `Fenced`, and the engine
+raises `Fenced` from every later call.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from decorator_helpers import LIMIT, wait_parked
+
+import durable
+from durable.errors import Fenced
+from durable.store.clock import MockClock
+from durable.store.queue import OpenOptions, Queue
+
+#: The default `OpenOptions.fence_check_interval`, which an `Engine` uses.
+INTERVAL = OpenOptions().fence_check_interval
+CHILD = str(Path(__file__).with_name("fenced_child.py"))
+
+
+@durable.workflow
+async def approval(key: str) -> str:
+    return str(await durable.wait_for_signal(key))
+
+
+async def test_a_fenced_engines_pending_result_and_later_calls_raise_fenced(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    assert INTERVAL is not None
+    store = tmp_path / "store"
+    first = durable.Engine(store, clock=clock)
+    async with first:
+        handle = await approval.start("fence-1")
+        await wait_parked(first, handle.run_id)
+        pending = asyncio.create_task(handle.result(timeout=60))
+        await asyncio.sleep(0)  # the wait is registered on its KV watch
+        async with durable.Engine(store, clock=MockClock()) as second:  # fences `first`
+            await asyncio.sleep(0)
+            assert not pending.done()  # idle: it has not written since
+            clock.advance(INTERVAL)  # one fence check of the first engine
+            started = time.monotonic()
+            with pytest.raises(Fenced):
+                await asyncio.wait_for(pending, LIMIT)
+            assert time.monotonic() - started < 2.0
+            # Every later call raises Fenced, reads from memory included.
+            with pytest.raises(Fenced):
+                await handle.status()
+            with pytest.raises(Fenced):
+                await handle.result(timeout=1)
+            with pytest.raises(Fenced):
+                await first.signal("fence-1", "stale")
+            with pytest.raises(Fenced):
+                await first.handle(handle.run_id).cancel()
+            with pytest.raises(Fenced):
+                _ = first.queue
+            # The run is intact: the new owner finishes it.
+            await second.signal("fence-1", "approved")
+            assert await second.handle(handle.run_id).result(timeout=LIMIT) == "approved"
+    assert not first.running
+
+
+async def test_closing_an_engine_whose_workers_stopped_on_fenced_is_clean(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    """The workers of a fenced engine end with `Fenced` at their next claim;
+    leaving ``async with`` still stops the services, closes the store and
+    raises nothing (every call has reported the fencing)."""
+    store = tmp_path / "store"
+    first = durable.Engine(store, clock=clock)
+    await first.__aenter__()
+    workers = list(first.workflows._workers.values())  # to see them stop
+    assert workers
+    other = await Queue.open(store, OpenOptions(clock=MockClock()))
+
+    async def fenced_workers_stopped() -> None:
+        while any(w.running for w in workers):
+            clock.advance(1.0)  # fence check, then the workers' next poll and claim
+            await asyncio.sleep(0)
+
+    await asyncio.wait_for(fenced_workers_stopped(), LIMIT)
+    await first.__aexit__(None, None, None)
+    assert not first.running
+    await other.close()
+
+
+async def test_a_fenced_store_queue_fails_its_completion_waits(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    store = tmp_path / "store"
+    q = await Queue.open(store, OpenOptions(clock=clock, fence_check_interval=1.0))
+    try:
+        job = await q.enqueue("q", b"")
+        waiting = asyncio.create_task(q.wait_for_completion(job, timeout=60))
+        await asyncio.sleep(0)
+        other = await Queue.open(store, OpenOptions(clock=MockClock()))
+        clock.advance(1.0)
+        with pytest.raises(Fenced):
+            await asyncio.wait_for(waiting, LIMIT)
+        with pytest.raises(Fenced):
+            q.kv.watch(b"later").result()  # a watch after the stop fails at once
+        await other.close()
+    finally:
+        await q.close()
+
+
+async def test_no_fence_check_without_an_interval(tmp_path: Path, clock: MockClock) -> None:
+    store = tmp_path / "store"
+    q = await Queue.open(store, OpenOptions(clock=clock, fence_check_interval=None))
+    other = await Queue.open(store, OpenOptions(clock=MockClock()))
+    clock.advance(3600)
+    await asyncio.sleep(0)
+    assert q.writer.failure is None  # only its next write finds out
+    with pytest.raises(Fenced):
+        await q.kv.put(b"k", b"v")
+    await other.close()
+    await q.close()
+
+
+async def test_the_fence_check_does_not_mistake_its_own_write(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    q = await Queue.open(tmp_path / "store", OpenOptions(clock=clock))
+    for _ in range(3):
+        await q.kv.put(b"k", b"v")
+        assert not await q.writer.check_fenced()
+        clock.advance(OpenOptions().fence_check_interval or 0)
+        await asyncio.sleep(0)
+    assert q.writer.failure is None
+    await q.close()
+
+
+@pytest.mark.slow
+def test_a_fenced_engine_in_another_process_raises_fenced_promptly(tmp_path: Path) -> None:
+    """A real second process: the child waits on ``handle.result(timeout=60)``
+    with the default interval and the wall clock; this process fences it."""
+    assert INTERVAL is not None
+    store = tmp_path / "store"
+    with subprocess.Popen(
+        [sys.executable, CHILD, str(store)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    ) as child:
+        assert child.stdout is not None
+        assert child.stderr is not None
+        try:
+            assert child.stdout.readline().strip() == "waiting"
+            fenced_at = asyncio.run(_fence(store))
+            lines = [child.stdout.readline().strip() for _ in range(2)]
+            elapsed = time.monotonic() - fenced_at
+            assert child.wait(timeout=LIMIT) == 0
+        except BaseException:
+            child.kill()
+            print(child.stderr.read(), file=sys.stderr)
+            raise
+    assert lines == ["result: Fenced", "status: Fenced"]
+    assert elapsed < INTERVAL + 5.0  # one check interval, not the 60 s timeout
+
+
+async def _fence(store: Path) -> float:
+    """Open the store as its writer (fencing the child); when that happened."""
+    q = await Queue.open(store)
+    fenced_at = time.monotonic()
+    await q.close()
+    return fenced_at
