@@ -46,7 +46,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import msgpack
 
 from durable._logging import get_logger
-from durable.errors import CodecError, UntrustedPayload, WorkflowFailed
+from durable.errors import CodecError, InvalidArgument, UntrustedPayload, WorkflowFailed
 
 __all__ = ["FORMAT_VERSION", "MAX_DEPTH", "Codec"]
 
@@ -269,7 +269,9 @@ class Codec:
     plain data, cloudpickle for the rest) or ``"msgpack"`` (plain data
     only: other values are refused with `CodecError`, and stored pickles are
     never read). ``what`` in every method names the value in error messages,
-    e.g. ``"argument 'order' of workflow 'shop.checkout'"``.
+    e.g. ``"argument 'order' of workflow 'shop.checkout'"``. A bad option
+    (an empty key, a key that is not bytes or a str, an unknown mode)
+    raises `InvalidArgument`.
     """
 
     def __init__(
@@ -279,17 +281,18 @@ class Codec:
         mode: Literal["auto", "msgpack"] = "auto",
     ) -> None:
         if mode not in ("auto", "msgpack"):
-            raise CodecError(f"codec mode {mode!r} is not one of 'auto', 'msgpack'")
+            raise InvalidArgument(f"codec mode {mode!r} is not one of 'auto', 'msgpack'")
         if isinstance(signing_key, str):
             signing_key = signing_key.encode()
         if signing_key is not None and not isinstance(signing_key, bytes):
-            raise CodecError(
-                f"signing_key is a {_type_name(type(signing_key))}; pass bytes or a str"
+            raise InvalidArgument(
+                f"signing_key is a {_type_name(type(signing_key))}; pass bytes or a str "
+                "(a secret of at least 32 random bytes), or None to write unsigned pickles"
             )
         if signing_key is not None and not signing_key:
-            raise CodecError(
-                "signing_key is empty: pass a secret (at least 32 random bytes), or None "
-                "to write unsigned pickles"
+            raise InvalidArgument(
+                "signing_key is empty: pass a secret (bytes or a str; at least 32 random "
+                "bytes), or None to write unsigned pickles"
             )
         self._key = signing_key
         self._mode: Literal["auto", "msgpack"] = mode
