@@ -43,6 +43,7 @@ from durable.decorators import (
     workflow,
 )
 from durable.errors import (
+    ArgumentMismatch,
     CodecError,
     DecoratorError,
     NoEngine,
@@ -59,6 +60,7 @@ from durable.errors import (
 )
 
 __all__ = [
+    "ArgumentMismatch",
     "Backoff",
     "CodecError",
     "DecoratorError",

@@ -50,6 +50,8 @@ DurableError
 │   └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
 └── WorkflowError                    the decorators (`@workflow`, `@step`, `Engine`)
     ├── DecoratorError               misuse caught at decoration time (also TypeError)
+    ├── ArgumentMismatch             arguments that do not fit a workflow's or job's
+    │                                signature (also TypeError)
     ├── NoEngine                     no `Engine` is running in this context
     ├── NotInWorkflow                a workflow-only call outside a workflow
     ├── UnknownWorkflow              a run of a workflow this process does not know
@@ -70,6 +72,7 @@ submission effects under its ``workflow/`` KV prefix.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentMismatch",
     "BlobMissing",
     "BulkFailureThreshold",
     "CancelRequested",
@@ -649,6 +652,38 @@ class WorkflowError(DurableError):
 class DecoratorError(WorkflowError, TypeError):
     """A decorator was misused (a non-async function, a duplicate name);
     raised at decoration time, with the fix in the message."""
+
+
+class ArgumentMismatch(WorkflowError, TypeError):
+    """Arguments that do not fit the signature of a workflow or a job.
+
+    Raised by the call that starts the run or submits the job (nothing is
+    written), naming the function and the argument. A run whose stored
+    arguments no longer fit (the code changed after it was started) fails
+    with it at once, ``run_id`` set.
+    """
+
+    def __init__(
+        self, kind: str, name: str, signature: str, detail: str, run_id: str | None = None
+    ) -> None:
+        if run_id is None:
+            message = (
+                f"{kind} {name!r} cannot be called with these arguments: {detail}; "
+                f"its signature is {signature}"
+            )
+        else:
+            message = (
+                f"run {run_id!r}: its stored arguments no longer fit {kind} {name!r}: "
+                f"{detail}; the signature is now {signature} (the code changed after the "
+                "run was started): start a new run with arguments that fit, or restore "
+                "the signature it was started with"
+            )
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+        self.signature = signature
+        self.detail = detail
+        self.run_id = run_id
 
 
 class NoEngine(WorkflowError):

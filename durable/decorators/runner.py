@@ -2,7 +2,9 @@
 
 Every delivery of a run carries the run's invocation. The runner decodes
 it, finds the workflow by name (an unknown name fails the run with
-`UnknownWorkflow`, which names the module to import), loads the run's
+`UnknownWorkflow`, which names the module to import), checks the stored
+arguments against the function's signature (arguments that no longer fit
+fail the run at once with `ArgumentMismatch`), loads the run's
 journal, journals what ended the wait the run resumes from (the signal
 that woke it, or a child's outcome; a signal wait woken before its own
 deadline, for another wait's, stays unresolved and waits again) and calls
@@ -72,6 +74,8 @@ class WorkflowRunner:
             definition = REGISTRY.get(invocation.name)
             if definition is None:
                 raise UnknownWorkflow(step.run_id, invocation.name)
+            # Permanent: the code changed under a queued run.
+            invocation.check_fits(definition.fn, step.run_id)
             args, kwargs = invocation.decode_args(codec, step.run_id)
             journal = Journal.load(engine.queue.kv.internal(), step.run_memo, step.run_id)
         except DurableError as e:

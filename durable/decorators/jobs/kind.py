@@ -7,7 +7,10 @@ engine's codec (`durable.decorators.invocation`), bound to the function's
 signature first, so equal calls are equal bytes (which is what duplicate
 detection compares). Its output is the codec-encoded result.
 
-`FunctionJob.run` decodes the call and awaits the function, while:
+`FunctionJob.run` checks the stored call against the function's signature
+(a job whose arguments no longer fit, the code having changed while it
+was queued, fails at once with `ArgumentMismatch`), decodes it and awaits
+the function, while:
 
 - the delivery's lease is extended in the background (`keep_leased`), so a
   long job is not taken for a crashed one;
@@ -145,9 +148,10 @@ class FunctionJob(Job[bytes]):
         env = ctx.state(JobEnv)
         name = self.SETTINGS.name
         try:
-            args, kwargs = decode_invocation(self.call, ctx.job_id).decode_args(
-                env.codec, ctx.job_id
-            )
+            invocation = decode_invocation(self.call, ctx.job_id)
+            # Permanent: the code changed under a queued job.
+            invocation.check_fits(self.FUNCTION, ctx.job_id, kind="job")
+            args, kwargs = invocation.decode_args(env.codec, ctx.job_id)
             async with keep_leased(ctx.lease, env.clock):
                 result = await _cancellable(
                     call_with_timeout(
