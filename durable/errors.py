@@ -57,6 +57,8 @@ DurableError
     ├── UnknownWorkflow              a run of a workflow this process does not know
     ├── NonDeterminismError          a replay called another step than the journal
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
+    ├── RunStalled                   a run's deliveries ended again and again without
+    │                                progress (a poison run); the run failed
     ├── RunCancelled                 the run was cancelled
     ├── RunNotFound                  no run of that id in the store (also LookupError)
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
@@ -122,6 +124,7 @@ __all__ = [
     "ReservedMemoKey",
     "RunCancelled",
     "RunNotFound",
+    "RunStalled",
     "SignalWaiterExists",
     "StepMaybeExecutedError",
     "StoreClosed",
@@ -750,6 +753,39 @@ class StepMaybeExecutedError(WorkflowError):
         self.run_id = run_id
         self.position = position
         self.name = name
+
+
+class RunStalled(WorkflowError):
+    """A run's deliveries ended ``attempts`` times in a row without journaling
+    anything (each crashed its process, lost its lease or failed
+    transiently): a poison run. It fails with this error so that it cannot
+    take the workers down again; ``position`` is where its journal stood
+    (`engine.fork` from there reruns it from that point once it is fixed)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        workflow: str,
+        position: int,
+        where: str,
+        attempts: int,
+        last_error: str | None = None,
+    ) -> None:
+        error = f"; the last error recorded: {last_error}" if last_error else ""
+        super().__init__(
+            f"run {run_id!r} of workflow {workflow!r} made no progress in {attempts} "
+            f"attempts in a row: each ended (its process crashed or was killed, it lost its "
+            f"lease, or it failed transiently) before it journaled anything, at journal "
+            f"position {position} ({where}){error}. The run is failed so that it cannot take "
+            "the workers down again: find what ends the process there, fix it, then start "
+            f"the run again or fork it from position {position} (engine.fork); "
+            "Engine(max_attempts_without_progress=...) sets the limit"
+        )
+        self.run_id = run_id
+        self.workflow = workflow
+        self.position = position
+        self.attempts = attempts
+        self.last_error = last_error
 
 
 class RunCancelled(WorkflowError):

@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from durable._logging import get_logger
 from durable.decorators.codec import Codec
 from durable.decorators.current import reset_engine, set_engine
+from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from durable.decorators.runtimes import WorkflowQueues
 from durable.decorators.services import EngineService, default_services
 from durable.engine.signals import SignalOutcome
@@ -61,6 +62,15 @@ def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
     return limits
 
 
+def _check_stall_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(
+            "max_attempts_without_progress must be an int >= 1 (attempts of a run that may "
+            f"end in a row without journaling anything before it fails), got {limit!r}"
+        )
+    return limit
+
+
 def _check_retention(retention: float | timedelta | None) -> float | None:
     if isinstance(retention, timedelta):
         retention = retention.total_seconds()
@@ -88,6 +98,11 @@ class Engine:
     in the store: its result, archived journal and published values are
     then removed and its id reads as unknown (`RunNotFound`). ``clock`` is
     the source of all time (a `durable.store.clock.MockClock` in tests).
+    ``max_attempts_without_progress`` (default 10) is how many attempts of
+    a run may end in a row without journaling anything (a crash of its
+    process counts) before the run fails with `RunStalled`; a run that
+    journals something in each attempt is never failed by its crashes
+    (`durable.decorators.progress`).
 
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
@@ -103,6 +118,7 @@ class Engine:
         concurrency: Mapping[str, int] | None = None,
         retention: float | timedelta | None = None,
         clock: Clock | None = None,
+        max_attempts_without_progress: int = MAX_ATTEMPTS_WITHOUT_PROGRESS,
     ) -> None:
         if codec not in ("auto", "msgpack"):
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
@@ -113,6 +129,8 @@ class Engine:
         self._concurrency = _check_concurrency(concurrency)
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
         self.retention = _check_retention(retention)
+        #: Attempts of a run that may end in a row without progress; see the class doc.
+        self.max_attempts_without_progress = _check_stall_limit(max_attempts_without_progress)
         #: How arguments, results, errors and signals are encoded.
         self.codec = Codec(signing_key=signing_key, mode=codec)
         #: The source of every timestamp, timeout and durable timer.

@@ -4,8 +4,10 @@ Every delivery of a run carries the run's invocation. The runner decodes
 it, finds the workflow by name (an unknown name fails the run with
 `UnknownWorkflow`, which names the module to import), checks the stored
 arguments against the function's signature (arguments that no longer fit
-fail the run at once with `ArgumentMismatch`), loads the run's
-journal, journals what ended the wait the run resumes from (the signal
+fail the run at once with `ArgumentMismatch`), loads the run's journal,
+fails a run whose attempts keep ending without progress (`RunStalled`;
+see `durable.decorators.progress`), journals what ended the wait the run
+resumes from (the signal
 that woke it, or a child's outcome; a signal wait woken before its own
 deadline, for another wait's, stays unresolved and waits again) and calls
 the function inside a `RunContext`. The function runs until it:
@@ -40,6 +42,7 @@ from durable.decorators.context import RunContext
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, SIGNAL, Journal
 from durable.decorators.outcome import encode_failure
+from durable.decorators.progress import check_progress
 from durable.decorators.registry import REGISTRY
 from durable.decorators.suspend import Abort, Suspend
 from durable.decorators.waits import resolve_signal
@@ -69,6 +72,7 @@ class WorkflowRunner:
         """Run one delivery of a workflow run."""
         engine = self._engine
         codec = engine.codec
+        kv = engine.queue.kv.internal()
         try:
             invocation = decode_invocation(step.payload, step.run_id)
             definition = REGISTRY.get(invocation.name)
@@ -76,8 +80,25 @@ class WorkflowRunner:
                 raise UnknownWorkflow(step.run_id, invocation.name)
             # Permanent: the code changed under a queued run.
             invocation.check_fits(definition.fn, step.run_id)
+            journal = Journal.load(kv, step.run_memo, step.run_id)
+            # Before anything of the run's own is decoded or run: a poison
+            # run stops here.
+            check_progress(
+                kv,
+                journal,
+                step,
+                invocation.name,
+                engine.max_attempts_without_progress,
+                lambda: _last_error(engine, step),
+            )
+        except DurableError as e:
+            return Fail(encode_failure(codec, step.run_id, e))
+        # The queue does not await the claim: make it durable before anything
+        # of the run is decoded or run, or a process that dies at once would
+        # not count the attempt (no commit of its own: it awaits the claim's).
+        await engine.queue.writer.flush()
+        try:
             args, kwargs = invocation.decode_args(codec, step.run_id)
-            journal = Journal.load(engine.queue.kv.internal(), step.run_memo, step.run_id)
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))
         run = RunContext(engine, step, journal, self._draining)
@@ -86,6 +107,12 @@ class WorkflowRunner:
         except Abort as a:
             raise StepError.transient(a.reason) from a.__cause__
         return await _Delivery(run, definition.fn, args, kwargs).execute()
+
+
+def _last_error(engine: Engine, step: Step) -> str | None:
+    """The last error the queue recorded for ``step``'s job, if any."""
+    record = engine.queue.job_record(step.job_id)
+    return record.last_error if record is not None else None
 
 
 async def _resume(run: RunContext) -> None:
