@@ -45,6 +45,7 @@ from durable.decorators import (
 from durable.errors import (
     ArgumentMismatch,
     CodecError,
+    CodecMismatch,
     DecoratorError,
     NoEngine,
     NonDeterminismError,
@@ -64,6 +65,7 @@ __all__ = [
     "ArgumentMismatch",
     "Backoff",
     "CodecError",
+    "CodecMismatch",
     "DecoratorError",
     "Engine",
     "JobFunction",

@@ -64,6 +64,8 @@ DurableError
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
+    ├── CodecMismatch                an Engine's codec or keys cannot read the store's
+    │                                payloads; it refuses to open
     └── UntrustedPayload             an unsigned or tampered pickle, refused
 ```
 
@@ -80,6 +82,7 @@ __all__ = [
     "CancelRequested",
     "ClaimLost",
     "CodecError",
+    "CodecMismatch",
     "ConflictingKvEffect",
     "CorruptEngineRecord",
     "CorruptObject",
@@ -841,6 +844,22 @@ class WorkflowFailed(WorkflowError):
 class CodecError(WorkflowError, TypeError):
     """A value cannot be encoded (or a stored one decoded) by the codec;
     the message names the value (which argument or result) and the fix."""
+
+
+class CodecMismatch(WorkflowError):
+    """An `Engine`'s codec configuration does not match what the store
+    recorded its payloads need (a signing key it lacks, another key, a
+    codec that cannot read them): the engine refuses to open, before it
+    reads or writes a run. ``need`` says what is missing."""
+
+    def __init__(self, url: str, need: str) -> None:
+        super().__init__(
+            f"Engine refused to open store {url!r}: {need} (the store records the codec "
+            "and the fingerprints of the signing keys its payloads need; see the codec "
+            "guide, 'Keys and the store')"
+        )
+        self.url = url
+        self.need = need
 
 
 class UntrustedPayload(WorkflowError):
