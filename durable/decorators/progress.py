@@ -20,7 +20,10 @@ the attempts without progress:
   journal stands and the attempts, before the workflow runs again;
 - a delivery that ends on a durable wait acks its job: the run's next job
   starts counting afresh (its attempts start at 1, and the mark names
-  another step number).
+  another step number);
+- the runner flushes the delivery's claim (the queue does not await one)
+  before anything of the run runs, so an attempt that kills its process
+  at once is counted too.
 
 The queue itself never ends a run: workflow jobs get `QUEUE_ATTEMPTS`
 attempts, so neither crash recovery at open nor the reaper dead-letters a

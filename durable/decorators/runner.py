@@ -105,9 +105,10 @@ class WorkflowRunner:
             )
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))
-        # The queue does not await the claim: make it durable before anything
-        # of the run is decoded or run, or a process that dies at once would
-        # not count the attempt (no commit of its own: it awaits the claim's).
+        # The queue does not flush a claim (it rides the next flush): make it
+        # durable before anything of the run is decoded or run, or a process
+        # that dies at once would not count the attempt. No commit of its own;
+        # at most one log object per delivery (shared by claims made together).
         await engine.queue.writer.flush()
         try:
             args, kwargs = invocation.decode_args(codec, step.run_id)
