@@ -7,10 +7,10 @@ arguments against the function's signature (arguments that no longer fit
 fail the run at once with `ArgumentMismatch`), loads the run's journal,
 fails a run whose attempts keep ending without progress (`RunStalled`;
 see `durable.decorators.progress`), journals what ended the wait the run
-resumes from (the signal
-that woke it, or a child's outcome; a signal wait woken before its own
-deadline, for another wait's, stays unresolved and waits again) and calls
-the function inside a `RunContext`. The function runs until it:
+resumes from (the signal that woke it, or a child's outcome; a signal
+wait woken before its own deadline, for another wait's, stays unresolved
+and waits again) and calls the function inside a `RunContext`. The
+function runs until it:
 
 - returns: the run succeeds with the encoded result (`Succeed`);
 - raises: the run fails with the encoded exception (`Fail`; see
