@@ -63,7 +63,8 @@ def kill_once_past(store: Path, log: Path, run_id: str, highest: int) -> int:
             assert time.monotonic() < deadline, "the child made no progress"
             time.sleep(0.002)
     finally:
-        os.kill(proc.pid, signal.SIGKILL)
+        if proc.poll() is None:
+            os.kill(proc.pid, signal.SIGKILL)
         proc.wait(timeout=30)
 
 
