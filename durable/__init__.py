@@ -45,7 +45,9 @@ from durable.decorators import (
     workflow,
 )
 from durable.errors import (
+    ArgumentMismatch,
     CodecError,
+    CodecMismatch,
     DecoratorError,
     Fenced,
     NoEngine,
@@ -54,6 +56,7 @@ from durable.errors import (
     NotPublished,
     RunCancelled,
     RunNotFound,
+    RunStalled,
     StepMaybeExecutedError,
     StoreNotFound,
     UnknownWorkflow,
@@ -63,8 +66,10 @@ from durable.errors import (
 )
 
 __all__ = [
+    "ArgumentMismatch",
     "Backoff",
     "CodecError",
+    "CodecMismatch",
     "DecoratorError",
     "Engine",
     "Fenced",
@@ -77,6 +82,7 @@ __all__ = [
     "NotPublished",
     "RunCancelled",
     "RunNotFound",
+    "RunStalled",
     "StepFunction",
     "StepMaybeExecutedError",
     "StoreNotFound",

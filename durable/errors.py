@@ -52,16 +52,22 @@ DurableError
 │   └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
 └── WorkflowError                    the decorators (`@workflow`, `@step`, `Engine`)
     ├── DecoratorError               misuse caught at decoration time (also TypeError)
+    ├── ArgumentMismatch             arguments that do not fit a workflow's or job's
+    │                                signature (also TypeError)
     ├── NoEngine                     no `Engine` is running in this context
     ├── NotInWorkflow                a workflow-only call outside a workflow
     ├── UnknownWorkflow              a run of a workflow this process does not know
     ├── NonDeterminismError          a replay called another step than the journal
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
+    ├── RunStalled                   a run's deliveries ended again and again without
+    │                                progress (a poison run); the run failed
     ├── RunCancelled                 the run was cancelled
     ├── RunNotFound                  no run of that id in the store (also LookupError)
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
+    ├── CodecMismatch                an Engine's codec or keys cannot read the store's
+    │                                payloads; it refuses to open
     └── UntrustedPayload             an unsigned or tampered pickle, refused
 ```
 
@@ -72,11 +78,13 @@ submission effects under its ``workflow/`` KV prefix.
 from __future__ import annotations
 
 __all__ = [
+    "ArgumentMismatch",
     "BlobMissing",
     "BulkFailureThreshold",
     "CancelRequested",
     "ClaimLost",
     "CodecError",
+    "CodecMismatch",
     "ConflictingKvEffect",
     "CorruptEngineRecord",
     "CorruptObject",
@@ -122,6 +130,7 @@ __all__ = [
     "ReservedMemoKey",
     "RunCancelled",
     "RunNotFound",
+    "RunStalled",
     "SignalWaiterExists",
     "StepMaybeExecutedError",
     "StoreClosed",
@@ -681,6 +690,38 @@ class DecoratorError(WorkflowError, TypeError):
     raised at decoration time, with the fix in the message."""
 
 
+class ArgumentMismatch(WorkflowError, TypeError):
+    """Arguments that do not fit the signature of a workflow or a job.
+
+    Raised by the call that starts the run or submits the job (nothing is
+    written), naming the function and the argument. A run whose stored
+    arguments no longer fit (the code changed after it was started) fails
+    with it at once, ``run_id`` set.
+    """
+
+    def __init__(
+        self, kind: str, name: str, signature: str, detail: str, run_id: str | None = None
+    ) -> None:
+        if run_id is None:
+            message = (
+                f"{kind} {name!r} cannot be called with these arguments: {detail}; "
+                f"its signature is {signature}"
+            )
+        else:
+            message = (
+                f"run {run_id!r}: its stored arguments no longer fit {kind} {name!r}: "
+                f"{detail}; the signature is now {signature} (the code changed after the "
+                "run was started): start a new run with arguments that fit, or restore "
+                "the signature it was started with"
+            )
+        super().__init__(message)
+        self.kind = kind
+        self.name = name
+        self.signature = signature
+        self.detail = detail
+        self.run_id = run_id
+
+
 class NoEngine(WorkflowError):
     """A call needs a running `Engine`, and none is running in this context."""
 
@@ -756,6 +797,39 @@ class StepMaybeExecutedError(WorkflowError):
         self.name = name
 
 
+class RunStalled(WorkflowError):
+    """A run's deliveries ended ``attempts`` times in a row without journaling
+    anything (each crashed its process, lost its lease or failed
+    transiently): a poison run. It fails with this error so that it cannot
+    take the workers down again; ``position`` is where its journal stood
+    (`engine.fork` from there reruns it from that point once it is fixed)."""
+
+    def __init__(
+        self,
+        run_id: str,
+        workflow: str,
+        position: int,
+        where: str,
+        attempts: int,
+        last_error: str | None = None,
+    ) -> None:
+        error = f"; the last error recorded: {last_error}" if last_error else ""
+        super().__init__(
+            f"run {run_id!r} of workflow {workflow!r} made no progress in {attempts} "
+            f"attempts in a row: each ended (its process crashed or was killed, it lost its "
+            f"lease, or it failed transiently) before it journaled anything, at journal "
+            f"position {position} ({where}){error}. The run is failed so that it cannot take "
+            "the workers down again: find what ends the process there, fix it, then start "
+            f"the run again or fork it from position {position} (engine.fork); "
+            "Engine(max_attempts_without_progress=...) sets the limit"
+        )
+        self.run_id = run_id
+        self.workflow = workflow
+        self.position = position
+        self.attempts = attempts
+        self.last_error = last_error
+
+
 class RunCancelled(WorkflowError):
     """The run was cancelled before it finished."""
 
@@ -809,6 +883,22 @@ class WorkflowFailed(WorkflowError):
 class CodecError(WorkflowError, TypeError):
     """A value cannot be encoded (or a stored one decoded) by the codec;
     the message names the value (which argument or result) and the fix."""
+
+
+class CodecMismatch(WorkflowError):
+    """An `Engine`'s codec configuration does not match what the store
+    recorded its payloads need (a signing key it lacks, another key, a
+    codec that cannot read them): the engine refuses to open, before it
+    reads or writes a run. ``need`` says what is missing."""
+
+    def __init__(self, url: str, need: str) -> None:
+        super().__init__(
+            f"Engine refused to open store {url!r}: {need} (the store records the codec "
+            "and the fingerprints of the signing keys its payloads need; see the codec "
+            "guide, 'Keys and the store')"
+        )
+        self.url = url
+        self.need = need
 
 
 class UntrustedPayload(WorkflowError):

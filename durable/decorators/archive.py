@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 import msgpack
 
 from durable.decorators.journal import INLINE_MAX, Journal, entry_key, journal_prefix
+from durable.decorators.progress import progress_key
 from durable.decorators.publish import published_prefix
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord
@@ -165,6 +166,8 @@ def _snapshot(engine: Engine, run_id: str) -> tuple[Archive, list[bytes]]:
     keys += [pprefix + k.encode() for k in published]
     if invocation is not None:
         keys.append(invocation_key(run_id))
+    if kv.get(progress_key(run_id)) is not None:  # not archived: it goes with the run
+        keys.append(progress_key(run_id))
     return Archive(invocation, journal, published), keys
 
 

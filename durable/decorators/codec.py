@@ -25,7 +25,10 @@ sits inside the value), and never unpickles.
 
 Signing. With a signing key every pickle is signed, and `Codec.loads`
 refuses an unsigned or tampered pickle with `UntrustedPayload` before
-unpickling anything (the signature is compared in constant time). Without
+unpickling anything (the signature is compared in constant time). A list
+of keys rotates them: the first signs, each verifies. A key is only ever
+shown as its `key_fingerprint`, which a store records
+(`durable.decorators.codec_record`). Without
 a key pickles are written unsigned and unsigned ones are read, with one
 warning per process; a *signed* pickle is refused, since it cannot be
 verified. `Codec.loads_error` never raises for a refused pickle: it returns
@@ -38,6 +41,7 @@ import hashlib
 import hmac
 import reprlib
 import traceback
+from collections.abc import Sequence
 from dataclasses import dataclass, is_dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -46,9 +50,9 @@ import cloudpickle  # type: ignore[import-untyped]
 import msgpack
 
 from durable._logging import get_logger
-from durable.errors import CodecError, UntrustedPayload, WorkflowFailed
+from durable.errors import CodecError, InvalidArgument, UntrustedPayload, WorkflowFailed
 
-__all__ = ["FORMAT_VERSION", "MAX_DEPTH", "Codec"]
+__all__ = ["FORMAT_VERSION", "MAX_DEPTH", "Codec", "key_fingerprint"]
 
 log = get_logger("durable.decorators.codec")
 
@@ -65,6 +69,7 @@ _ERROR = ord("e")
 _KIND_NAMES = {_MSGPACK: "MessagePack", _PICKLE: "pickle", _SIGNED: "signed pickle"}
 _HEADER_SIZE = 2
 _MAC_SIZE = 32
+_FINGERPRINT_LABEL = b"durable: the fingerprint of a signing key, v1"
 _PICKLE_PROTOCOL = 5
 _EXT_TUPLE = 1
 _INT_MIN = -(2**63)
@@ -268,33 +273,26 @@ class Codec:
 
     ``signing_key`` (bytes, or a str encoded as UTF-8; use at least 32
     random bytes) signs every pickle this codec writes and makes it refuse
-    every pickle it cannot verify. ``mode`` is ``"auto"`` (MessagePack for
+    every pickle it cannot verify. A list of keys rotates: the first signs,
+    every one verifies. ``mode`` is ``"auto"`` (MessagePack for
     plain data, cloudpickle for the rest) or ``"msgpack"`` (plain data
     only: other values are refused with `CodecError`, and stored pickles are
     never read). ``what`` in every method names the value in error messages,
-    e.g. ``"argument 'order' of workflow 'shop.checkout'"``.
+    e.g. ``"argument 'order' of workflow 'shop.checkout'"``. A bad option
+    (an empty key or list, a key that is not bytes or a str, an unknown
+    mode) raises `InvalidArgument`.
     """
 
     def __init__(
         self,
         *,
-        signing_key: bytes | str | None = None,
+        signing_key: bytes | str | Sequence[bytes | str] | None = None,
         mode: Literal["auto", "msgpack"] = "auto",
     ) -> None:
         if mode not in ("auto", "msgpack"):
-            raise CodecError(f"codec mode {mode!r} is not one of 'auto', 'msgpack'")
-        if isinstance(signing_key, str):
-            signing_key = signing_key.encode()
-        if signing_key is not None and not isinstance(signing_key, bytes):
-            raise CodecError(
-                f"signing_key is a {_type_name(type(signing_key))}; pass bytes or a str"
-            )
-        if signing_key is not None and not signing_key:
-            raise CodecError(
-                "signing_key is empty: pass a secret (at least 32 random bytes), or None "
-                "to write unsigned pickles"
-            )
-        self._key = signing_key
+            raise InvalidArgument(f"codec mode {mode!r} is not one of 'auto', 'msgpack'")
+        self._keys = _signing_keys(signing_key)
+        self._key = self._keys[0] if self._keys else None
         self._mode: Literal["auto", "msgpack"] = mode
 
     @property
@@ -306,6 +304,12 @@ class Codec:
     def signed(self) -> bool:
         """Whether this codec has a signing key (signs and verifies pickles)."""
         return self._key is not None
+
+    @property
+    def fingerprints(self) -> tuple[str, ...]:
+        """The `key_fingerprint` of each signing key, the signing one first
+        (empty without a key). The keys themselves are never shown."""
+        return tuple(key_fingerprint(k) for k in self._keys)
 
     def __repr__(self) -> str:
         return f"Codec(mode={self._mode!r}, signed={self.signed})"
@@ -375,14 +379,18 @@ class Codec:
                 record["pickle"] = frame
         return bytes((FORMAT_VERSION, _ERROR)) + _pack(record)
 
-    def loads_error(self, data: bytes, *, what: str, run_id: str | None = None) -> BaseException:
+    def loads_error(
+        self, data: bytes, *, what: str, run_id: str | None = None, strict: bool = False
+    ) -> BaseException:
         """The exception stored by `dumps_error`: the original one (with its
         stored traceback as a note) when its pickle is there, verifies and
         unpickles; else `WorkflowFailed` with the type name, message and
         traceback (a note says why the original was not rebuilt).
 
         ``run_id`` goes on the `WorkflowFailed`. `CodecError` only when the
-        bytes are not an exception record.
+        bytes are not an exception record; with ``strict``, `UntrustedPayload`
+        when its pickle cannot be verified (a replay must see the exception
+        the first run saw, or none).
         """
         kind, body = self._split(data, what)
         if kind != _ERROR:
@@ -414,6 +422,8 @@ class Codec:
                 if not isinstance(error, BaseException):
                     raise CodecError(f"stored {what} unpickled to a {_type_name(type(error))}")
             except (CodecError, UntrustedPayload) as e:
+                if strict and isinstance(e, UntrustedPayload):
+                    raise
                 reason = str(e)
                 if isinstance(e, UntrustedPayload):
                     log.warning("untrusted exception pickle refused", what=what, reason=e.reason)
@@ -444,11 +454,19 @@ class Codec:
             raise CodecError(f"stored {what} is corrupt: unknown frame header {bytes(data[:2])!r}")
         return kind, bytes(data[_HEADER_SIZE:])
 
-    def _mac(self, header: bytes, payload: bytes) -> bytes:
-        assert self._key is not None
-        mac = hmac.new(self._key, header, hashlib.sha256)
+    @staticmethod
+    def _mac(key: bytes, header: bytes, payload: bytes) -> bytes:
+        mac = hmac.new(key, header, hashlib.sha256)
         mac.update(payload)
         return mac.digest()
+
+    def _verified(self, mac: bytes, payload: bytes) -> bool:
+        """Whether ``mac`` signs ``payload`` under one of the keys (each
+        compared in constant time)."""
+        header = bytes((FORMAT_VERSION, _SIGNED))
+        if len(mac) != _MAC_SIZE:
+            return False
+        return any(hmac.compare_digest(mac, self._mac(k, header, payload)) for k in self._keys)
 
     def _pickle(self, value: object, what: str) -> bytes:
         try:
@@ -465,7 +483,7 @@ class Codec:
             _warn_unsigned("written", what)
             return bytes((FORMAT_VERSION, _PICKLE)) + payload
         header = bytes((FORMAT_VERSION, _SIGNED))
-        return header + self._mac(header, payload) + payload
+        return header + self._mac(self._key, header, payload) + payload
 
     def _unpickle(self, kind: int, body: bytes, what: str) -> Any:
         """Verify, then unpickle: nothing is unpickled before it is trusted."""
@@ -482,8 +500,7 @@ class Codec:
                     "the signing_key of the process that wrote it",
                 )
             mac, payload = body[:_MAC_SIZE], body[_MAC_SIZE:]
-            expected = self._mac(bytes((FORMAT_VERSION, _SIGNED)), payload)
-            if len(mac) != _MAC_SIZE or not hmac.compare_digest(mac, expected):
+            if not self._verified(mac, payload):
                 raise UntrustedPayload(
                     what, "its signature does not match (tampered, or signed with another key)"
                 )
@@ -499,6 +516,52 @@ class Codec:
                 f"cannot unpickle stored {what}: {type(e).__name__}: {e}; the classes it "
                 "uses must be importable in this process"
             ) from e
+
+
+def key_fingerprint(key: bytes | str) -> str:
+    """A fingerprint of signing key ``key``: the first 16 bytes, in hex, of an
+    HMAC-SHA256 under the key of a fixed label. It tells keys apart (a
+    store records the fingerprints of the keys its pickles need) and
+    reveals nothing of the key."""
+    if isinstance(key, str):
+        key = key.encode()
+    return hmac.new(key, _FINGERPRINT_LABEL, hashlib.sha256).hexdigest()[:32]
+
+
+def _signing_keys(signing_key: object) -> tuple[bytes, ...]:
+    """The ``signing_key`` option as a tuple of keys (empty: none)."""
+    if signing_key is None:
+        return ()
+    if isinstance(signing_key, bytes | str):
+        return (_signing_key(signing_key, "signing_key"),)
+    if not isinstance(signing_key, list | tuple):
+        raise InvalidArgument(
+            f"signing_key is a {_type_name(type(signing_key))}; pass bytes or a str "
+            "(a secret of at least 32 random bytes), a list of them to rotate keys, or None "
+            "to write unsigned pickles"
+        )
+    if not signing_key:
+        raise InvalidArgument(
+            "signing_key is an empty list: pass the keys (the first signs, every one "
+            "verifies), or None to write unsigned pickles"
+        )
+    return tuple(_signing_key(k, f"signing_key[{i}]") for i, k in enumerate(signing_key))
+
+
+def _signing_key(key: object, name: str) -> bytes:
+    if isinstance(key, str):
+        key = key.encode()
+    if not isinstance(key, bytes):
+        raise InvalidArgument(
+            f"{name} is a {_type_name(type(key))}; pass bytes or a str "
+            "(a secret of at least 32 random bytes), or None to write unsigned pickles"
+        )
+    if not key:
+        raise InvalidArgument(
+            f"{name} is empty: pass a secret (bytes or a str; at least 32 random "
+            "bytes), or None to write unsigned pickles"
+        )
+    return key
 
 
 def _record_str(record: dict[object, object], field: str) -> str:

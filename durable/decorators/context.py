@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from durable.decorators.parking import Parked, Parking
 from durable.decorators.suspend import Abort
 from durable.engine import keys
-from durable.errors import NonDeterminismError, NotInWorkflow
+from durable.errors import NonDeterminismError, NotInWorkflow, UntrustedPayload
 
 if TYPE_CHECKING:
     from durable.decorators.codec import Codec
@@ -135,12 +135,21 @@ class RunContext:
             ) from e
 
     async def replay(self, position: int, entry: Entry) -> Any:
-        """The recorded result of ``entry``, or raise its recorded exception."""
+        """The recorded result of ``entry``, or raise its recorded exception.
+
+        A pickle that cannot be verified ends the delivery with `Abort` (the
+        runner releases the run for an engine that can verify it): the
+        workflow never sees another value, or exception, than the first run
+        saw."""
         ok, err = await self.journal.values(position, entry)
         what = f"the {entry.describe()} at position {position} of run {self.run_id!r}"
-        if err is not None:
-            raise self.codec.loads_error(err, what=f"the exception of {what}")
-        return self.codec.loads(ok or b"", what=f"the result of {what}")
+        try:
+            if err is None:
+                return self.codec.loads(ok or b"", what=f"the result of {what}")
+            error = self.codec.loads_error(err, what=f"the exception of {what}", strict=True)
+        except UntrustedPayload as e:
+            raise Abort(str(e), e) from e
+        raise error
 
     @contextlib.contextmanager
     def executing(self, position: int, name: str) -> Iterator[None]:

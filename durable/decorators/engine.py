@@ -27,14 +27,16 @@ new one, or leave the store to the other process.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from contextvars import Token
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable._logging import get_logger
 from durable.decorators.codec import Codec
+from durable.decorators.codec_record import ensure_codec_record
 from durable.decorators.current import reset_engine, set_engine
+from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from durable.decorators.runtimes import WorkflowQueues
 from durable.decorators.services import EngineService, default_services
 from durable.engine.signals import SignalOutcome
@@ -90,6 +92,15 @@ def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
     return limits
 
 
+def _check_stall_limit(limit: int) -> int:
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise InvalidArgument(
+            "max_attempts_without_progress must be an int >= 1 (attempts of a run that may "
+            f"end in a row without journaling anything before it fails), got {limit!r}"
+        )
+    return limit
+
+
 def _check_retention(retention: float | timedelta | None) -> float | None:
     if isinstance(retention, timedelta):
         retention = retention.total_seconds()
@@ -110,15 +121,25 @@ class Engine:
     closes); None is the directory ``./.durable``, and any other value or
     scheme is refused here with `InvalidArgument`. A missing directory is
     created; a missing bucket or container raises `StoreNotFound` on enter.
-    ``storage_options`` go to the backend. ``signing_key`` signs every pickle the codec writes and
-    refuses unsigned ones; ``codec="msgpack"`` refuses values that are not
-    plain data. ``concurrency`` caps the runs of each workflow queue that
+    ``storage_options`` go to the backend. ``signing_key`` signs every
+    pickle the codec writes and refuses unsigned ones (a list rotates keys:
+    the first signs, each verifies); ``codec="msgpack"`` refuses values that
+    are not plain data. The store records the codec and the fingerprints of
+    the keys its payloads need: an engine that cannot read them refuses to
+    open with `CodecMismatch` (``replace_codec_record=True`` records this
+    engine's configuration instead, for a deliberate change; see
+    `durable.decorators.codec_record`). ``concurrency`` caps the runs of each workflow queue that
     execute at once (default 8 per queue; 0 runs none of them in this
     process, for one that only starts runs). ``retention`` (seconds or a
     timedelta; None keeps them for ever) is how long a terminated run stays
     in the store: its result, archived journal and published values are
     then removed and its id reads as unknown (`RunNotFound`). ``clock`` is
     the source of all time (a `durable.store.clock.MockClock` in tests).
+    ``max_attempts_without_progress`` (default 10) is how many attempts of
+    a run may end in a row without journaling anything (a crash of its
+    process counts) before the run fails with `RunStalled`; a run that
+    journals something in each attempt is never failed by its crashes
+    (`durable.decorators.progress`).
 
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
@@ -129,11 +150,13 @@ class Engine:
         url: str | os.PathLike[str] | ObjectStore | None = None,
         *,
         storage_options: Mapping[str, Any] | None = None,
-        signing_key: bytes | str | None = None,
+        signing_key: bytes | str | Sequence[bytes | str] | None = None,
         codec: Literal["auto", "msgpack"] = "auto",
         concurrency: Mapping[str, int] | None = None,
         retention: float | timedelta | None = None,
         clock: Clock | None = None,
+        max_attempts_without_progress: int = MAX_ATTEMPTS_WITHOUT_PROGRESS,
+        replace_codec_record: bool = False,
     ) -> None:
         if codec not in ("auto", "msgpack"):
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
@@ -144,8 +167,15 @@ class Engine:
         self._concurrency = _check_concurrency(concurrency)
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
         self.retention = _check_retention(retention)
+        #: Attempts of a run that may end in a row without progress; see the class doc.
+        self.max_attempts_without_progress = _check_stall_limit(max_attempts_without_progress)
         #: How arguments, results, errors and signals are encoded.
         self.codec = Codec(signing_key=signing_key, mode=codec)
+        if not isinstance(replace_codec_record, bool):
+            raise InvalidArgument(
+                f"replace_codec_record must be True or False, got {replace_codec_record!r}"
+            )
+        self._replace_codec_record = replace_codec_record
         #: The source of every timestamp, timeout and durable timer.
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._services: list[EngineService] = []
@@ -256,6 +286,10 @@ class Engine:
         self._queue = queue
         self._token = set_engine(self)
         try:
+            # Before any run is read or written (durable on return).
+            await ensure_codec_record(
+                queue.kv.internal(), self.codec, queue.kv.url, replace=self._replace_codec_record
+            )
             self._workflows = WorkflowQueues(
                 self,
                 {q: n for q, n in self._concurrency.items() if q not in self.service_queues()},

@@ -6,23 +6,64 @@ Every delivery of a workflow run carries the same payload, the encoded
 engine's codec (so an error names the argument). The workflow's name is
 its durable identity: the process that runs the run finds the function by
 it (`durable.decorators.registry`).
+
+Arguments are checked against the function's signature (`bind_arguments`)
+where a run is started or a job submitted, so a missing or unexpected
+argument raises `ArgumentMismatch` (a `TypeError`) at that call, before
+anything is written; a delivery checks the stored arguments again
+(`Invocation.check_fits`) before it decodes them, since the code may have
+changed after the run was started.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import functools
+import inspect
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import msgpack
 
 from durable.decorators.codec import Codec
-from durable.errors import CodecError
+from durable.errors import ArgumentMismatch, CodecError
 
-__all__ = ["INVOCATION_VERSION", "Invocation", "decode_invocation", "encode_invocation"]
+__all__ = [
+    "INVOCATION_VERSION",
+    "Invocation",
+    "bind_arguments",
+    "decode_invocation",
+    "encode_invocation",
+    "signature_of",
+]
 
 #: The format version of an encoded invocation.
 INVOCATION_VERSION = 1
+
+
+@functools.lru_cache(maxsize=1024)
+def signature_of(fn: Callable[..., Any]) -> inspect.Signature:
+    """The signature of ``fn`` (computed once per function)."""
+    return inspect.signature(fn)
+
+
+def bind_arguments(
+    fn: Callable[..., Any],
+    kind: str,
+    name: str,
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    run_id: str | None = None,
+) -> inspect.BoundArguments:
+    """``args`` and ``kwargs`` bound to the signature of ``fn``, the function of
+    ``kind`` (``"workflow"`` or ``"job"``) ``name``; `ArgumentMismatch`
+    naming it and the argument when they do not fit (``run_id``: the run
+    whose stored arguments these are)."""
+    signature = signature_of(fn)
+    try:
+        return signature.bind(*args, **kwargs)
+    except TypeError as e:
+        raise ArgumentMismatch(kind, name, f"{name}{signature}", str(e), run_id) from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,6 +73,14 @@ class Invocation:
     name: str
     args: tuple[bytes, ...]
     kwargs: Mapping[str, bytes]
+
+    def check_fits(self, fn: Callable[..., Any], run_id: str, kind: str = "workflow") -> None:
+        """`ArgumentMismatch` naming run ``run_id`` and the argument unless the
+        stored arguments fit the signature of ``fn`` (checked before they are
+        decoded: only their number and names matter)."""
+        bind_arguments(
+            fn, kind, self.name, [None] * len(self.args), dict.fromkeys(self.kwargs), run_id
+        )
 
     def decode_args(self, codec: Codec, run_id: str) -> tuple[list[Any], dict[str, Any]]:
         """The arguments, decoded."""

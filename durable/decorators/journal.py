@@ -43,6 +43,7 @@ from durable.engine.memo import Memo
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord
 from durable.store.kv import KvNamespace
+from durable.store.log.batch import WriteBatch
 
 __all__ = [
     "CHILD",
@@ -178,6 +179,7 @@ class Journal:
         self._memo = memo
         self.run_id = run_id
         self._entries = entries
+        self._staged: dict[bytes, bytes] = {}
 
     @classmethod
     def load(cls, kv: KvNamespace, memo: Memo, run_id: str) -> Journal:
@@ -215,14 +217,25 @@ class Journal:
         """The run ids of every child run this run started."""
         return [e.key for _, e in self.entries() if e.kind == CHILD and e.key]
 
+    def stage(self, key: bytes, value: bytes) -> None:
+        """Put ``key = value`` (a reserved record of the run) in the commit of
+        the next `write`, not in one of its own."""
+        self._staged[key] = value
+
     async def write(self, position: int, entry: Entry) -> Entry:
-        """Journal ``entry`` at ``position``; durable when this returns.
+        """Journal ``entry`` at ``position`` (in one commit with what was
+        staged, `stage`); durable when this returns.
 
         A result or error over `INLINE_MAX` bytes goes to the run memo
         first. Returns the entry as stored.
         """
         stored = await offload(self._memo, position, entry)
-        await self._kv.put(entry_key(self.run_id, position), encode_entry(stored))
+        kv = self._kv
+        batch = kv.stage_put(WriteBatch(), entry_key(self.run_id, position), encode_entry(stored))
+        for key, value in self._staged.items():
+            kv.stage_put(batch, key, value)
+        self._staged.clear()
+        await kv.commit(batch)
         self._entries[position] = stored
         return stored
 

@@ -2,11 +2,15 @@
 
 Every delivery of a run carries the run's invocation. The runner decodes
 it, finds the workflow by name (an unknown name fails the run with
-`UnknownWorkflow`, which names the module to import), loads the run's
-journal, journals what ended the wait the run resumes from (the signal
-that woke it, or a child's outcome; a signal wait woken before its own
-deadline, for another wait's, stays unresolved and waits again) and calls
-the function inside a `RunContext`. The function runs until it:
+`UnknownWorkflow`, which names the module to import), checks the stored
+arguments against the function's signature (arguments that no longer fit
+fail the run at once with `ArgumentMismatch`), loads the run's journal,
+fails a run whose attempts keep ending without progress (`RunStalled`;
+see `durable.decorators.progress`), journals what ended the wait the run
+resumes from (the signal that woke it, or a child's outcome; a signal
+wait woken before its own deadline, for another wait's, stays unresolved
+and waits again) and calls the function inside a `RunContext`. The
+function runs until it:
 
 - returns: the run succeeds with the encoded result (`Succeed`);
 - raises: the run fails with the encoded exception (`Fail`; see
@@ -17,7 +21,13 @@ the function inside a `RunContext`. The function runs until it:
   ``Continue`` carrying the same invocation and one trigger for all of them;
 - suspends at once (`Suspend`: a new step while the engine drains);
 - cannot journal (`Abort`): the delivery fails transiently and the queue
-  redelivers it.
+  redelivers it;
+- meets a stored payload this engine cannot verify (`UntrustedPayload`: an
+  argument, or a replayed result, signal or exception): the run is
+  *released*, not failed: the delivery fails transiently, an error naming
+  the run is logged, and the run's progress mark moves to this attempt, so
+  however often an engine without the right key releases it, an engine
+  with it can still run it.
 
 Steps gathered with a wait therefore finish, and are journaled, before the
 delivery suspends. When the delivery ends, what is still in flight (the
@@ -30,7 +40,7 @@ the function (and the run's children) at once.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from durable._logging import get_logger
 from durable.decorators.children import cancel_children, resolve_child
@@ -38,12 +48,19 @@ from durable.decorators.context import RunContext
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, SIGNAL, Journal
 from durable.decorators.outcome import encode_failure
+from durable.decorators.progress import check_progress, mark_progress
 from durable.decorators.registry import REGISTRY
 from durable.decorators.suspend import Abort, Suspend
 from durable.decorators.waits import resolve_signal
 from durable.engine.delivery import Step
 from durable.engine.outcomes import Cancel, Continue, Fail, StepError, StepOutcome, Succeed
-from durable.errors import CancelRequested, ClaimLost, DurableError, UnknownWorkflow
+from durable.errors import (
+    CancelRequested,
+    ClaimLost,
+    DurableError,
+    UnknownWorkflow,
+    UntrustedPayload,
+)
 
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
@@ -67,21 +84,74 @@ class WorkflowRunner:
         """Run one delivery of a workflow run."""
         engine = self._engine
         codec = engine.codec
+        kv = engine.queue.kv.internal()
         try:
             invocation = decode_invocation(step.payload, step.run_id)
             definition = REGISTRY.get(invocation.name)
             if definition is None:
                 raise UnknownWorkflow(step.run_id, invocation.name)
+            # Permanent: the code changed under a queued run.
+            invocation.check_fits(definition.fn, step.run_id)
+            journal = Journal.load(kv, step.run_memo, step.run_id)
+            # Before anything of the run's own is decoded or run: a poison
+            # run stops here.
+            check_progress(
+                kv,
+                journal,
+                step,
+                invocation.name,
+                engine.max_attempts_without_progress,
+                lambda: _last_error(engine, step),
+            )
+        except DurableError as e:
+            return Fail(encode_failure(codec, step.run_id, e))
+        # The queue does not flush a claim (it rides the next flush): make it
+        # durable before anything of the run is decoded or run, or a process
+        # that dies at once would not count the attempt. No commit of its own;
+        # at most one log object per delivery (shared by claims made together).
+        await engine.queue.writer.flush()
+        try:
             args, kwargs = invocation.decode_args(codec, step.run_id)
-            journal = Journal.load(engine.queue.kv.internal(), step.run_memo, step.run_id)
+        except UntrustedPayload as e:
+            await _release(engine, step, e)
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))
         run = RunContext(engine, step, journal, self._draining)
         try:
             await _resume(run)
         except Abort as a:
-            raise StepError.transient(a.reason) from a.__cause__
+            await _abort(run, a)
         return await _Delivery(run, definition.fn, args, kwargs).execute()
+
+
+async def _release(engine: Engine, step: Step, error: UntrustedPayload) -> NoReturn:
+    """Leave the run where it is: a payload this engine cannot verify is no
+    fault of the run. The delivery fails transiently (the queue retries it
+    after its backoff) and moves the run's progress mark, so the attempts
+    an engine without the right key takes are not counted against the run."""
+    log.error(
+        "workflow run released: a stored payload cannot be verified with this Engine's "
+        "signing_key; an Engine with the key that signed it will run it",
+        run_id=step.run_id,
+        what=error.what,
+        reason=error.reason,
+    )
+    await mark_progress(engine.queue.kv.internal(), step)
+    raise StepError.transient(f"run {step.run_id!r} released: {error}") from error
+
+
+async def _abort(run: RunContext, abort: Abort) -> NoReturn:
+    """End the delivery transiently for ``abort`` (released, when a payload
+    could not be verified)."""
+    if isinstance(abort.__cause__, UntrustedPayload):
+        await _release(run.engine, run.delivery, abort.__cause__)
+    raise StepError.transient(abort.reason) from abort.__cause__
+
+
+def _last_error(engine: Engine, step: Step) -> str | None:
+    """The last error the queue recorded for ``step``'s job, if any."""
+    record = engine.queue.job_record(step.job_id)
+    return record.last_error if record is not None else None
 
 
 async def _resume(run: RunContext) -> None:
@@ -173,7 +243,7 @@ class _Delivery:
         except Suspend as s:
             return await self.suspend(s)
         except Abort as a:
-            raise StepError.transient(a.reason) from a.__cause__
+            await _abort(run, a)
         except (Exception, asyncio.CancelledError) as e:
             error: BaseException = run.nondeterminism or e
             return Fail(encode_failure(codec, run.run_id, error))

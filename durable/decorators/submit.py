@@ -7,6 +7,10 @@ commit records the invocation outside the queue
 names one run: starting an id that is running, or that has terminated,
 with the same arguments returns that run (nothing runs again); with other
 arguments it raises `InputMismatch`.
+
+The queue never ends a run by its attempts (`QUEUE_ATTEMPTS`): a crash of
+a progressing run costs it nothing, and a poison run is failed by the
+runner (`durable.decorators.progress`).
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from durable.decorators.archive import invocation_record
+from durable.decorators.progress import QUEUE_ATTEMPTS
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, RunSpec, validate_run_id
 from durable.errors import InputMismatch
@@ -24,11 +29,7 @@ if TYPE_CHECKING:
     from durable.decorators.engine import Engine
     from durable.decorators.registry import WorkflowDefinition
 
-__all__ = ["DELIVERY_ATTEMPTS", "submit_run"]
-
-#: Claims one delivery of a workflow run may take (a crash mid-delivery
-#: counts as one) before the run fails.
-DELIVERY_ATTEMPTS = 25
+__all__ = ["submit_run"]
 
 
 async def submit_run(
@@ -49,7 +50,7 @@ async def submit_run(
     options = RunOptions(
         headers=dict(headers or {}),
         priority=priority,
-        max_attempts_per_step=DELIVERY_ATTEMPTS,
+        max_attempts_per_step=QUEUE_ATTEMPTS,  # the runner bounds them (progress)
         run_at=run_at,
     )
     if run_id is not None:

@@ -12,6 +12,10 @@ its own concurrency limit on the `Engine`). Its runs:
   its result; inside a workflow it runs a *child* workflow
   (`durable.decorators.children`).
 
+Each of them checks the arguments against the function's signature first:
+a missing or unexpected argument raises `ArgumentMismatch` (a `TypeError`)
+naming the workflow, and nothing starts.
+
 The function's code must be deterministic in the order it calls steps,
 waits and child workflows: a run re-executes it after every wait and every
 crash, and the journal answers the calls it already made.
@@ -28,7 +32,7 @@ from durable.decorators.children import call_child
 from durable.decorators.context import active_run
 from durable.decorators.current import current_engine
 from durable.decorators.handles import WorkflowHandle
-from durable.decorators.invocation import encode_invocation
+from durable.decorators.invocation import bind_arguments, encode_invocation
 from durable.decorators.registry import (
     DEFAULT_QUEUE,
     REGISTRY,
@@ -70,9 +74,13 @@ class WorkflowStarter(Generic[P, R]):
         self.run_at = run_at
 
     async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:
-        """Start a run with these arguments; its handle (durable when this returns)."""
-        engine = current_engine(f"starting workflow {self.definition.name!r}")
-        payload = encode_invocation(engine.codec, self.definition.name, args, kwargs)
+        """Start a run with these arguments; its handle (durable when this returns).
+        Arguments that do not fit the workflow's signature raise
+        `ArgumentMismatch` (a `TypeError`) naming it, and start nothing."""
+        definition = self.definition
+        bind_arguments(definition.fn, "workflow", definition.name, args, kwargs)
+        engine = current_engine(f"starting workflow {definition.name!r}")
+        payload = encode_invocation(engine.codec, definition.name, args, kwargs)
         run_id = await submit_run(
             engine,
             self.definition,
@@ -128,6 +136,9 @@ class Workflow(Generic[P, R]):
         return await self.options().start(*args, **kwargs)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
+        # Checked here, at the call (also of a child workflow, before it takes
+        # a journal position): `ArgumentMismatch` naming the workflow.
+        bind_arguments(self.fn, "workflow", self.name, args, kwargs)
         run = active_run()
         if run is not None:
             child: Coroutine[Any, Any, R] = call_child(run, self.definition, args, kwargs)

@@ -22,7 +22,7 @@ from hypothesis import strategies as st
 import durable.decorators.codec as codec_module
 from durable._logging import capture_logs
 from durable.decorators.codec import MAX_DEPTH, Codec
-from durable.errors import CodecError, UntrustedPayload, WorkflowFailed
+from durable.errors import CodecError, InvalidArgument, UntrustedPayload, WorkflowFailed
 
 KEY = b"k" * 32
 WHAT = "argument 'order' of workflow 'shop.checkout'"
@@ -490,8 +490,11 @@ def test_the_key_is_not_shown_in_repr() -> None:
     ],
 )
 def test_bad_codec_options_are_refused(kwargs: dict[str, Any], expected: str) -> None:
-    with pytest.raises(CodecError, match=expected):
+    # A bad option (InvalidArgument, a ValueError), not a value the codec
+    # cannot encode (CodecError).
+    with pytest.raises(InvalidArgument, match=expected) as e:
         Codec(**kwargs)
+    assert not isinstance(e.value, CodecError)
 
 
 # ----------------------------------------------------- the unsigned warning

@@ -143,4 +143,9 @@ def test_engine_options_are_checked() -> None:
         durable.Engine("memory://x", codec="json")  # type: ignore[arg-type]
     with pytest.raises(InvalidArgument, match="clock"):
         durable.Engine("memory://x", clock=object())  # type: ignore[arg-type]
+    for empty in (b"", ""):  # a bad option, not a value the codec cannot encode
+        with pytest.raises(InvalidArgument, match=r"signing_key is empty: pass a secret"):
+            durable.Engine("memory://x", signing_key=empty)
+    with pytest.raises(InvalidArgument, match=r"signing_key is a int; pass bytes or a str"):
+        durable.Engine("memory://x", signing_key=42)  # type: ignore[arg-type]
     assert "stopped" in repr(durable.Engine("memory://x"))

@@ -21,6 +21,7 @@ from durable.decorators import archive
 from durable.decorators.journal import Journal
 from durable.store.clock import MockClock
 from durable.store.kv import KvNamespace
+from durable.store.log.writer import LogWriter
 
 entered: Counter[int] = Counter()
 
@@ -45,8 +46,8 @@ async def counter(n: int) -> int:
 
 
 class Ops:
-    """Counts journal loads and writes, KV reads and the rows they return
-    while installed."""
+    """Counts journal loads and writes, KV reads and the rows they return,
+    and the store's commits, while installed."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.counts: Counter[str] = Counter()
@@ -55,6 +56,7 @@ class Ops:
             (KvNamespace, "get"),
             (KvNamespace, "scan"),
             (KvNamespace, "snapshot"),
+            (LogWriter, "commit"),
         ):
             self._count(monkeypatch, owner, name)
         load = Journal.load.__func__  # type: ignore[attr-defined]
@@ -104,6 +106,9 @@ async def test_an_n_step_workflow_costs_o_of_n(
     assert entered == {50: 1, 200: 1}  # the function ran once: no replay per step
     assert small["Journal.load"] == large["Journal.load"] == 1
     assert (small["Journal.write"], large["Journal.write"]) == (50, 200)
+    # A step costs one commit, its journal entry (the run's progress mark
+    # rides the first one): 150 more steps, 150 more commits.
+    assert large["LogWriter.commit"] - small["LogWriter.commit"] == 150
     for op in ("KvNamespace.get", "KvNamespace.scan", "KvNamespace.snapshot", "rows read"):
         # Linear: 4x the steps, at most about 4x the reads (a replay per step: 16x).
         assert large[op] <= 4 * small[op] + 8, (op, small[op], large[op])

@@ -1,9 +1,10 @@
 """How calls of a ``@job`` function become job inputs, and the rules inside workflows.
 
 Arguments are bound to the function's signature before they are encoded
-(`bind_call`), so a missing or unexpected argument raises `TypeError` at
-the call, and ``f(1, b=2)``, ``f(a=1, b=2)`` and ``f(1, 2)`` are one input:
-duplicate submissions under one idempotency key compare equal bytes.
+(`bind_call`), so a missing or unexpected argument raises
+`ArgumentMismatch` (a `TypeError`) at the call, and ``f(1, b=2)``,
+``f(a=1, b=2)`` and ``f(1, 2)`` are one input: duplicate submissions under
+one idempotency key compare equal bytes.
 
 The items of ``map`` (`item_call`): a function of exactly one parameter
 takes each item as that argument, whatever it is; any other function takes
@@ -22,10 +23,11 @@ from __future__ import annotations
 import inspect
 import itertools
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from durable.decorators.context import RunContext, active_run
+from durable.decorators.invocation import bind_arguments
 from durable.errors import DecoratorError
 
 __all__ = [
@@ -41,14 +43,12 @@ _counters: weakref.WeakKeyDictionary[RunContext, itertools.count[int]] = weakref
 
 
 def bind_call(
-    signature: inspect.Signature, name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
+    fn: Callable[..., Any], name: str, args: tuple[Any, ...], kwargs: Mapping[str, Any]
 ) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``args`` and ``kwargs`` in their canonical form for ``signature`` (defaults
-    not applied); `TypeError` naming job ``name`` if they do not fit."""
-    try:
-        bound = signature.bind(*args, **kwargs)
-    except TypeError as e:
-        raise TypeError(f"job {name!r}: {e}") from None
+    """``args`` and ``kwargs`` in their canonical form for the signature of
+    ``fn`` (defaults not applied); `ArgumentMismatch` (a `TypeError`) naming
+    job ``name`` and the argument if they do not fit."""
+    bound = bind_arguments(fn, "job", name, args, kwargs)
     return bound.args, dict(bound.kwargs)
 
 

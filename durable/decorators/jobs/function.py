@@ -107,9 +107,9 @@ class JobSubmitter(Generic[P, R]):
     def submit(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, JobHandle[R]]:
         """Submit a job calling the function with these arguments; its handle
         (durable when the await returns). Arguments that do not fit the
-        signature raise `TypeError` here."""
+        signature raise `ArgumentMismatch` (a `TypeError`) here."""
         fn = self.function
-        call = bind_call(fn.signature, fn.name, args, kwargs)
+        call = bind_call(fn.fn, fn.name, args, kwargs)
         key = self.idempotency_key if self.idempotency_key is not None else workflow_key(fn.name)
         return self._submit(call, key)
 
@@ -141,7 +141,7 @@ class JobSubmitter(Generic[P, R]):
             return None
         single = single_parameter(fn.signature)
         calls = [
-            bind_call(fn.signature, fn.name, *item_call(item, single, fn.name, i))
+            bind_call(fn.fn, fn.name, *item_call(item, single, fn.name, i))
             for i, item in enumerate(given)
         ]
         runner = runner_for(engine, fn.job_type)

@@ -7,7 +7,10 @@ engine's codec (`durable.decorators.invocation`), bound to the function's
 signature first, so equal calls are equal bytes (which is what duplicate
 detection compares). Its output is the codec-encoded result.
 
-`FunctionJob.run` decodes the call and awaits the function, while:
+`FunctionJob.run` checks the stored call against the function's signature
+(a job whose arguments no longer fit, the code having changed while it
+was queued, fails at once with `ArgumentMismatch`), decodes it and awaits
+the function, while:
 
 - the delivery's lease is extended in the background (`keep_leased`), so a
   long job is not taken for a crashed one;
@@ -18,7 +21,9 @@ detection compares). Its output is the codec-encoded result.
 
 An exception becomes a `StepError`: transient (the queue retries the job
 after its backoff) when it is one of ``retry_on`` and not a non-transient
-durable error, else permanent. When no attempt follows, the error's reason
+durable error, else permanent. A stored argument this engine cannot verify
+(`UntrustedPayload`) is logged and retried, whatever ``retry_on`` says,
+within the job's attempts. When no attempt follows, the error's reason
 carries the exception encoded by the codec (`durable.decorators.outcome`),
 so ``handle.result()`` raises it again.
 """
@@ -31,17 +36,20 @@ from collections.abc import AsyncIterator, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from durable._logging import get_logger
 from durable.decorators.attempts import call_with_timeout
 from durable.decorators.codec import Codec
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.outcome import encode_failure
 from durable.engine.jobs import Job, JobContext
 from durable.engine.outcomes import StepError, StepErrorKind
-from durable.errors import RunCancelled
+from durable.errors import RunCancelled, UntrustedPayload
 from durable.store.clock import Clock
 from durable.store.queue import LeaseHandle
 
 __all__ = ["LEASE_MARGIN", "FunctionJob", "JobEnv", "JobSettings", "keep_leased", "make_job_type"]
+
+log = get_logger("durable.decorators")
 
 #: Seconds of lease kept ahead of the clock while a job runs; it is renewed
 #: every third of that.
@@ -145,9 +153,10 @@ class FunctionJob(Job[bytes]):
         env = ctx.state(JobEnv)
         name = self.SETTINGS.name
         try:
-            args, kwargs = decode_invocation(self.call, ctx.job_id).decode_args(
-                env.codec, ctx.job_id
-            )
+            invocation = decode_invocation(self.call, ctx.job_id)
+            # Permanent: the code changed under a queued job.
+            invocation.check_fits(self.FUNCTION, ctx.job_id, kind="job")
+            args, kwargs = invocation.decode_args(env.codec, ctx.job_id)
             async with keep_leased(ctx.lease, env.clock):
                 result = await _cancellable(
                     call_with_timeout(
@@ -161,6 +170,15 @@ class FunctionJob(Job[bytes]):
             return env.codec.dumps(result, what=f"the result of job {name!r} ({ctx.job_id})")
         except Exception as error:
             kind = self.classify(error)
+            if isinstance(error, UntrustedPayload):  # no fault of the job's: retried
+                kind = StepErrorKind.TRANSIENT
+                log.error(
+                    "job released: a stored payload cannot be verified with this Engine's "
+                    "signing_key",
+                    job_id=ctx.job_id,
+                    what=error.what,
+                    reason=error.reason,
+                )
             final = kind is StepErrorKind.PERMANENT or ctx.delivery.is_last_attempt()
             reason = encode_failure(env.codec, ctx.job_id, error) if final else _text(error)
             raise StepError(reason, kind) from error
