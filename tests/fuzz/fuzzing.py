@@ -22,6 +22,7 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
+import pickle
 import types
 import typing
 from collections.abc import Callable, Iterator, Mapping
@@ -34,7 +35,9 @@ from hypothesis import strategies as st
 from durable.errors import DurableError
 
 __all__ = [
+    "EVIL_PICKLE",
     "FUZZ",
+    "TRIPPED",
     "conforms",
     "corrupted",
     "decodes_or_raises",
@@ -46,6 +49,26 @@ __all__ = [
 #: The settings of every fuzz test (profiles in this folder's conftest).
 FUZZ = settings(settings.get_profile(os.environ.get("DURABLE_FUZZ_PROFILE", "durable-fuzz")))
 
+# ------------------------------------------------------------ evil pickle
+
+#: What `tripwire` recorded: a pickle that runs code on load was unpickled.
+TRIPPED: list[str] = []
+
+
+def tripwire(tag: str) -> str:
+    """Called by unpickling `EVIL_PICKLE`: the side effect a decoder must never cause."""
+    TRIPPED.append(tag)
+    return tag
+
+
+class _Evil:
+    def __reduce__(self) -> tuple[Callable[[str], str], tuple[str]]:
+        return tripwire, ("a pickle ran code on load",)
+
+
+#: A pickle whose loading calls `tripwire` (a ``__reduce__`` with a side effect).
+EVIL_PICKLE = pickle.dumps(_Evil(), protocol=5)
+
 # ---------------------------------------------------------------- values
 
 _INT = st.one_of(
@@ -53,8 +76,18 @@ _INT = st.one_of(
     st.sampled_from([2**31, 2**32, 2**53, 2**63 - 1, 2**64 - 1, -(2**31), -(2**63)]),
     st.integers(-(2**63), 2**64 - 1),
 )
+#: Values at the edges of each type: what decoders coerce or compare badly.
+_NASTY = st.sampled_from(
+    [
+        None, True, False, 0, -1, 2**64 - 1, -(2**63), 0.5, -0.0,
+        float("inf"), float("-inf"), float("nan"),
+        "", "0", "x" * 40, "\udcff".encode("utf-8", "surrogatepass").decode("utf-8", "replace"),
+        b"", b"0", b"\xff" * 40, [], [[]], {}, {"": None},
+    ]
+)  # fmt: skip
 _LEAVES = st.one_of(
-    st.none(),
+    _NASTY,
+    _NASTY,
     st.booleans(),
     _INT,
     st.floats(),
@@ -292,9 +325,10 @@ def decodes_or_raises(
 def conforms(value: Any, hint: Any, where: str = "value") -> str | None:
     """Why ``value`` does not fit the type ``hint``, or None if it does.
 
-    Dataclasses are checked field by field against their annotations; the
-    supported hints are those of durable's records: classes, enums, unions,
-    ``list``/``tuple``/``dict``/``Mapping`` with their parameters, ``Any``.
+    Dataclasses are checked field by field against their annotations (a bool
+    passes for an int, as in Python); the supported hints are those of
+    durable's records: classes, enums, unions, ``list``/``tuple``/``dict``/
+    ``Mapping`` with their parameters, ``Any``.
     """
     if hint is Any or hint is object:
         return None
@@ -308,8 +342,6 @@ def conforms(value: Any, hint: Any, where: str = "value") -> str | None:
         return _conforms_generic(value, origin, typing.get_args(hint), where)
     if not isinstance(hint, type):
         return None  # a TypeVar or a forward reference: not checked
-    if hint is int and isinstance(value, bool):
-        return f"{where} is a bool, expected an int"
     if hint is float and isinstance(value, int) and not isinstance(value, bool):
         return None
     if not isinstance(value, hint):
