@@ -1,7 +1,7 @@
 """Fuzzing the engine's decoders: run records, step pointers, terminal and
 result records, outcomes, group members and manifests, memo entries,
 step-output replay records, reply markers, typed jobs and their outputs,
-bulk items and results.
+bulk items and results, webhook jobs' headers.
 
 Property (see `fuzzing`): any bytes decode to a well-typed value or raise
 the decoder's typed error, nothing else.
@@ -65,7 +65,21 @@ from durable.engine.records import (
 from durable.engine.remote import ReplyMarker, ReplyState, decode_reply_marker, encode_reply_marker
 from durable.engine.replay import ReplayRecord, decode_replay, encode_replay
 from durable.engine.runs import RunOutcome, RunTermination, TerminalStatus
-from durable.errors import CorruptEngineRecord, CorruptObject, JobTypeError, UnsupportedFormat
+from durable.engine.webhooks.request import (
+    HEADER_METHOD,
+    HEADER_TIMEOUT_MS,
+    HEADER_URL,
+    HTTP_HEADER_PREFIX,
+    Delivery,
+    parse_delivery,
+)
+from durable.errors import (
+    CorruptEngineRecord,
+    CorruptObject,
+    InvalidArgument,
+    JobTypeError,
+    UnsupportedFormat,
+)
 from durable.store.framing import Kind, frame, unframe
 
 ids = st.from_regex(r"[A-Za-z0-9_-]{1,12}", fullmatch=True)
@@ -309,3 +323,24 @@ def test_a_replay_record_payload_is_never_an_allocation() -> None:
     body = {"v": 1, "at": 0, "o": {"t": "continue", "p": 2**40, "w": {"k": "now"}}, "dels": []}
     with pytest.raises(CorruptObject):
         decode_replay("r", frame(Kind.REPLAY, msgpack.packb(body)))
+
+
+# --------------------------------------------------------------- webhooks
+
+_HEADER_NAMES = st.sampled_from([HEADER_URL, HEADER_METHOD, HEADER_TIMEOUT_MS])
+_HEADER_VALUES = st.one_of(
+    text,
+    st.sampled_from(["https://example.com/x", "http://[::1", "ftp://x", "0", "00", "²", "GET"]),
+    st.from_regex(r"[0-9]{1,25}", fullmatch=True),
+)
+
+
+@FUZZ
+@given(
+    st.dictionaries(
+        _HEADER_NAMES | text | text.map(lambda t: HTTP_HEADER_PREFIX + t), _HEADER_VALUES
+    )
+)
+def test_webhook_deliveries(headers: dict[str, str]) -> None:
+    """A webhook job's stored headers (the job record checked they are strs)."""
+    decodes_or_raises(lambda: parse_delivery(headers), InvalidArgument, Delivery)
