@@ -9,7 +9,7 @@ random bytes stop at the first byte):
 - random bytes;
 - valid encodings mutated byte by byte: bit flips, overwritten, inserted,
   deleted and duplicated runs, truncations (`mutate_bytes`);
-- valid encodings of one decoder spliced with each other (`splice`);
+- valid encodings of one decoder spliced with each other;
 - structure-aware mutations (`mutate_tree`): the MessagePack tree of a
   valid encoding with values replaced by values of other types, keys
   removed, added or retyped, then packed again (and framed again with a
@@ -44,6 +44,8 @@ __all__ = [
     "msgpack_values",
     "mutate_bytes",
     "mutate_tree",
+    "pack",
+    "tripwire",
 ]
 
 #: The settings of every fuzz test (profiles in this folder's conftest).

@@ -97,17 +97,40 @@ values = st.one_of(
     st.builds(decimal.Decimal, st.integers()),
     st.builds(tuple, st.lists(plain, max_size=3)),
 )
+#: The pickles the key's holder (the test) signed: the only ones a keyed
+#: codec may hand to the unpickler.
+SIGNED_PICKLES: set[bytes] = set()
+
+
+def _signed(frame: bytes) -> bytes:
+    """``frame`` (written by `SIGNED`), its signed pickles noted."""
+    if frame[1:2] == b"e":
+        frame = msgpack.unpackb(frame[2:]).get("pickle", b"")
+    if frame[1:2] == b"s":
+        SIGNED_PICKLES.add(frame[2 + 32 :])
+    return frame
+
+
+def _sign_value(value: object) -> bytes:
+    frame = SIGNED.dumps(value, what="fuzz")
+    _signed(frame)
+    return frame
+
+
+def _sign_error(error: BaseException) -> bytes:
+    frame = SIGNED.dumps_error(error, what="fuzz")
+    _signed(frame)
+    return frame
+
+
 errors = st.builds(lambda m: Refused(m), text) | st.builds(ValueError, text)
-m_frames = plain.map(lambda v: SIGNED.dumps(v, what="fuzz"))
+m_frames = plain.map(_sign_value)
 e_frames = st.one_of(
-    errors.map(lambda e: SIGNED.dumps_error(e, what="fuzz")),
+    errors.map(_sign_error),
     errors.map(lambda e: STRICT.dumps_error(e, what="fuzz")),
     st.sampled_from(EVIL_FRAMES[4:]),
 )
-p_frames = st.one_of(
-    values.map(lambda v: SIGNED.dumps(v, what="fuzz")), st.sampled_from(EVIL_FRAMES)
-)
-_strip = (lambda b: b[2:], None)
+p_frames = st.one_of(values.map(_sign_value), st.sampled_from(EVIL_FRAMES))
 ERROR_FIELDS = ("type", "module", "message", "traceback", "pickle")
 
 
@@ -139,7 +162,7 @@ def unpickles() -> Iterator[list[bytes]]:
 
 def _signed_by_key(payload: bytes) -> bool:
     """Whether the test signed ``payload`` (a benign value's pickle)."""
-    return payload != EVIL_PICKLE and EVIL_PICKLE not in payload
+    return payload in SIGNED_PICKLES and EVIL_PICKLE not in payload
 
 
 @FUZZ
@@ -240,11 +263,16 @@ async def _invocation_payload(record: bytes) -> bytes:
     return await archive._invocation_payload(memo, RUN, record)
 
 
+def _sign_invocation(name: str, args: list[Any], kwargs: dict[str, Any]) -> bytes:
+    payload = encode_invocation(SIGNED, name, args, kwargs)
+    invocation = decode_invocation(payload, RUN)
+    for frame in (*invocation.args, *invocation.kwargs.values()):
+        _signed(frame)
+    return payload
+
+
 invocations = st.builds(
-    lambda name, args, kwargs: encode_invocation(SIGNED, name, args, kwargs),
-    text,
-    st.lists(values, max_size=2),
-    st.dictionaries(text, values, max_size=2),
+    _sign_invocation, text, st.lists(values, max_size=2), st.dictionaries(text, values, max_size=2)
 )
 invocation_records = st.one_of(
     invocations.map(lambda p: pack({"v": 1, "payload": p})),
@@ -302,16 +330,35 @@ def test_stored_failures(data: st.DataObject) -> None:
             text,
             st.builds(lambda t: t + FAILURE_MARKER + base64.b64encode(encoded).decode(), text),
             st.builds(lambda t, s: t + FAILURE_MARKER + s, text, text),
-            errors.map(lambda e: encode_failure(SIGNED, RUN, e)),
+            errors.map(_failure_reason),
         )
     )
     with unpickles() as seen:
         err = decodes_or_raises(lambda: _failure_bytes(SIGNED, RUN, reason), (), bytes)
+        if err != _stored_exception(reason):  # the reader wrote (and signed) this record
+            _signed(err)
         result = RunResult(RUN, TerminalStatus.FAILED, err=err)
         raised = _raised(lambda: result.value(SIGNED))
     assert isinstance(raised, BaseException)
     assert not isinstance(raised, AssertionError)
     assert all(_signed_by_key(p) for p in seen)
+
+
+def _failure_reason(error: BaseException) -> str:
+    """The `Fail` reason of a run that raised ``error`` (its pickle noted as signed)."""
+    reason = encode_failure(SIGNED, RUN, error)
+    _signed(base64.b64decode(reason.rpartition(FAILURE_MARKER)[2]))
+    return reason
+
+
+def _stored_exception(reason: str) -> bytes | None:
+    """The encoded exception a `Fail` reason carries, if it carries one."""
+    if FAILURE_MARKER not in reason:
+        return None
+    try:
+        return base64.b64decode(reason.rpartition(FAILURE_MARKER)[2].encode("ascii"), validate=True)
+    except (ValueError, UnicodeEncodeError):
+        return None
 
 
 def _raised(call: Callable[[], object]) -> BaseException | None:
