@@ -17,6 +17,10 @@ def _results() -> list[dict[str, Any]]:
         {"c": 1, "ev": "result", "run": r, "value": w.expected_mixed(r)} for r in PLAN.mixed_runs()
     ]
     out.append({"c": 1, "ev": "result", "run": "batch-0", "value": w.expected_batch(0)})
+    out += [
+        {"c": 1, "ev": "published", "run": r, "value": w.expected_published(r)}
+        for r in PLAN.mixed_runs()
+    ]
     return out
 
 
@@ -58,12 +62,13 @@ def test_a_step_that_ran_again_after_a_clean_exit_is_reported() -> None:
 
 
 def test_wrong_and_missing_results_are_reported() -> None:
-    events = [e for e in _results() if e["run"] != "batch-0"]
+    events = [e for e in _results() if e["run"] != "batch-0" and e["ev"] != "published"]
     events[0] = {**events[0], "value": 1}
     report = torture.Report(seed=0, kills=1)
     torture.check(PLAN, events, [set()], report)
     assert report.problems[0].startswith("marathon ended with 1 (noted by worker 1)")
-    assert report.problems[1:] == ["batch-0 never ended"]
+    assert report.problems[1] == "batch-0 never ended"
+    assert report.problems[2].startswith("mixed-0-0 published None")
 
 
 def test_a_result_the_store_holds_for_a_step_that_never_ran_is_reported() -> None:

@@ -20,7 +20,8 @@ to a file; the worker sends it (only one process may own the store).
 Then it checks, from the side channel (every step body execution, fsynced
 before the step returns) and the stores read after each kill:
 
-- every run and batch reached its expected result;
+- every run and batch reached its expected result, and every run's last
+  published value is the last it published;
 - no step ran after a kill at which the store already held its result
   (a journaled step never runs again; the same for a settled job);
 - every step ran at most once per worker, except the retries of a failing
@@ -314,6 +315,10 @@ def check(
             problem(f"{event['run']} ended differently for worker {event['c']}")
     for name in sorted(set(expected) - set(report.results)):
         problem(f"{name} never ended")
+    published = {e["run"]: e["value"] for e in events if e["ev"] == "published"}
+    for run in plan.mixed_runs():
+        if published.get(run) != w.expected_published(run):
+            problem(f"{run} published {published.get(run)!r}, expected the last of its values")
 
     # Executions of each step, by worker.
     runs: dict[Step, dict[int, list[dict[str, Any]]]] = defaultdict(lambda: defaultdict(list))

@@ -14,7 +14,8 @@ one process may own the store.
 
 Every worker starts what the plan has started by its cycle (idempotently:
 fixed run ids, one idempotency key per batch), then notes the result of
-each run and batch as it ends.
+each run and batch as it ends; the finishing one also notes the last value
+each mixed run published.
 """
 
 from __future__ import annotations
@@ -87,6 +88,8 @@ async def main(store: str, options: str, workdir: str, cycle: str, kills: str, m
             await asyncio.Event().wait()  # until killed
         await asyncio.gather(*waits)
         pump.cancel()
+        for run in plan.mixed_runs():
+            w.note("published", run=run, value=await engine.handle(run).get("progress", timeout=60))
     w.note("finished")
 
 

@@ -285,3 +285,8 @@ def expected_marathon(plan: Plan) -> int:
 def expected_batch(batch: int) -> list[int]:
     """The results of batch ``batch``'s map, in item order."""
     return [batch * 100 + i * i for i in range(ITEMS)]
+
+
+def expected_published(run: str) -> dict[str, Any]:
+    """The last value mixed run ``run`` publishes."""
+    return {"stage": "done", "n": mixed_input(run)}
