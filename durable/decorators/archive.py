@@ -144,10 +144,14 @@ def _decode(m: object, run_id: str) -> Archive:
         if not isinstance(version, int) or version > ARCHIVE_VERSION:
             raise ValueError(f"format version {version!r}; this durable reads {ARCHIVE_VERSION}")
         invocation = m.get("invocation")
-        journal = {int(p): e for p, e in m.get("journal", [])}
+        journal = {p: e for p, e in m.get("journal", [])}
         published = dict(m.get("published", {}))
         if invocation is not None and not isinstance(invocation, bytes):
             raise ValueError("the invocation is not bytes")
+        if not all(isinstance(p, int) for p in journal) or not all(
+            isinstance(k, str) for k in published
+        ):
+            raise ValueError("a journal position is not an int, or a published key not a str")
         if not all(isinstance(v, bytes) for v in (*journal.values(), *published.values())):
             raise ValueError("a stored value is not bytes")
     except (ValueError, TypeError) as e:

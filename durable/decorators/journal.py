@@ -169,6 +169,8 @@ def _check(entry: Entry) -> None:
         raise ValueError(f"key must be a str, got {entry.key!r}")
     if entry.suspended is not None and not isinstance(entry.suspended, int):
         raise ValueError(f"suspended must be an int, got {entry.suspended!r}")
+    if not isinstance(entry.ref, bool):
+        raise ValueError(f"ref must be a bool, got {entry.ref!r}")
 
 
 class Journal:

@@ -56,7 +56,7 @@ import msgpack
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.signals import SignalOutcome, check_signal
-from durable.errors import InvalidArgument, ObjectNotFound
+from durable.errors import CorruptEngineRecord, InvalidArgument, ObjectNotFound
 from durable.store.objects.base import ObjectStore
 from durable.store.queue import SettlementEffects
 
@@ -104,14 +104,17 @@ def encode_reply_marker(marker: ReplyMarker) -> bytes:
 
 
 def decode_reply_marker(data: bytes) -> ReplyMarker:
-    """Decode a marker; `ValueError` if ``data`` is not one."""
+    """Decode a marker; `CorruptEngineRecord` if ``data`` is not one."""
     try:
         m = msgpack.unpackb(data, raw=False)
         if not isinstance(m, dict) or m.get("v") != _VERSION:
             raise ValueError("not a reply marker of a known version")
-        return ReplyMarker(str(m["key"]), ReplyState(m["state"]))
+        key = m["key"]
+        if not isinstance(key, str):
+            raise TypeError(f"its key is {key!r:.80}, not a str")
+        return ReplyMarker(key, ReplyState(m["state"]))
     except (ValueError, KeyError, TypeError, msgpack.UnpackException) as e:
-        raise ValueError(f"not a reply marker: {e}") from None
+        raise CorruptEngineRecord("reply marker", str(e) or type(e).__name__) from None
 
 
 class ReplyWatcherHandle:
@@ -215,7 +218,7 @@ class ReplyWatcher:
                 name = key[len(keys.REPLY_MARKERS_PREFIX) :].decode(errors="replace")
                 try:
                     out[name] = decode_reply_marker(raw)
-                except ValueError as e:
+                except CorruptEngineRecord as e:
                     log.error("undecodable reply marker skipped", reply_key=name, error=str(e))
         return out
 

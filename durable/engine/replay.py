@@ -35,7 +35,7 @@ from durable.engine.outcomes import (
     Succeed,
     Trigger,
 )
-from durable.errors import DurableError, ObjectNotFound
+from durable.errors import CorruptObject, DurableError, ObjectNotFound
 from durable.store.framing import Kind, frame, unframe
 
 __all__ = ["ReplayRecord", "ReplayStore", "decode_replay", "encode_replay"]
@@ -75,15 +75,28 @@ def _trigger(t: Trigger) -> dict[str, Any]:
     return {"k": "now"}
 
 
-def _untrigger(m: dict[str, Any]) -> Trigger:
+def _untrigger(stored: object) -> Trigger:
+    m: dict[str, Any] = _typed(stored, dict)
     kind = m["k"]
     if kind == "after":
-        return After(float(m["d"]))
+        return After(_number(m["d"]))
     if kind == "signal":
-        return OnSignal(str(m["c"]), float(m["t"]))
+        return OnSignal(_typed(m["c"], str), _number(m["t"]))
     if kind == "now":
         return Immediate()
     raise ValueError(f"unknown trigger {kind!r}")
+
+
+def _typed(value: Any, kind: type) -> Any:
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise TypeError(f"expected a {kind.__name__}, found {value!r:.80}")
+    return value
+
+
+def _number(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise TypeError(f"expected a number, found {value!r:.80}")
+    return float(value)
 
 
 def encode_replay(record: ReplayRecord) -> bytes:
@@ -110,26 +123,36 @@ def encode_replay(record: ReplayRecord) -> bytes:
 
 
 def decode_replay(name: str, data: bytes) -> ReplayRecord:
-    """Decode a replay record; `ValueError` (or a `DurableError`) if it is not one."""
+    """Decode a replay record; `CorruptObject` (or `UnsupportedFormat`) naming
+    the object if it is not one."""
     _, body = unframe(name, data, Kind.REPLAY)
-    m = msgpack.unpackb(body, raw=False, strict_map_key=False)
+    try:
+        return _decode_body(msgpack.unpackb(body, raw=False, strict_map_key=False))
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
+        raise CorruptObject(name, f"not a replay record: {type(e).__name__}: {e}") from None
+
+
+def _decode_body(m: object) -> ReplayRecord:
     if not isinstance(m, dict) or m.get("v") != _VERSION:
         raise ValueError("not a replay record of a known version")
-    o = m["o"]
+    o = _typed(m["o"], dict)
     kind = o["t"]
     outcome: StepOutcome
     if kind == "continue":
-        outcome = Continue(bytes(o["p"]), _untrigger(o["w"]))
+        outcome = Continue(_typed(o["p"], bytes), _untrigger(o["w"]))
     elif kind == "succeed":
-        outcome = Succeed(bytes(o["r"]))
+        outcome = Succeed(_typed(o["r"], bytes))
     elif kind == "fail":
-        outcome = Fail(str(o["r"]))
+        outcome = Fail(_typed(o["r"], str))
     elif kind == "cancel":
-        outcome = Cancel(str(o["r"]))
+        outcome = Cancel(_typed(o["r"], str))
     else:
         raise ValueError(f"unknown outcome {kind!r}")
-    puts = {bytes(k): bytes(v) for k, v in m.get("puts", {}).items()}
-    return ReplayRecord(int(m["at"]), outcome, puts, frozenset(bytes(k) for k in m["dels"]))
+    puts = _typed(m.get("puts", {}), dict)
+    deletes = _typed(m["dels"], list)
+    if not all(isinstance(x, bytes) for x in (*puts, *puts.values(), *deletes)):
+        raise TypeError("a staged key or value is not bytes")
+    return ReplayRecord(_typed(m["at"], int), outcome, puts, frozenset(deletes))
 
 
 class ReplayStore:

@@ -13,13 +13,13 @@ from typing import Any, Generic, TypeVar
 
 from durable.decorators.codec import Codec
 from durable.decorators.jobs.calls import refuse_wait
-from durable.decorators.outcome import read_result
+from durable.decorators.outcome import RunResult, read_result
 from durable.engine.jobs.codec import decode_output
 from durable.engine.runs import RunEnd, RunStatus
 from durable.engine.runtime import WorkflowRuntime
-from durable.errors import JobNotFound
+from durable.errors import CorruptEngineRecord, JobNotFound
 
-__all__ = ["JobHandle", "read_job"]
+__all__ = ["JobHandle", "job_value", "read_job"]
 
 R = TypeVar("R")
 
@@ -28,9 +28,19 @@ async def read_job(codec: Codec, runtime: WorkflowRuntime, job_id: str, end: Run
     """The result of the job that ended with ``end``, or raise its exception
     (its own type when the codec rebuilds it, else `WorkflowFailed`;
     `RunCancelled` if it was cancelled)."""
-    result = await read_result(codec, runtime, end, job_id)
+    return job_value(codec, await read_result(codec, runtime, end, job_id))
+
+
+def job_value(codec: Codec, result: RunResult) -> Any:
+    """The value of a terminated job's ``result``, or raise its exception;
+    `CorruptEngineRecord` if its stored result is not the codec's frame."""
     if result.ok is not None:  # the jobs runtime stores the codec's bytes as MessagePack bytes
-        result = dataclasses.replace(result, ok=decode_output(result.ok, None))
+        ok = decode_output(result.ok, None)
+        if not isinstance(ok, bytes):
+            raise CorruptEngineRecord(
+                f"result of job {result.run_id!r}", f"a {type(ok).__name__}, not the codec's bytes"
+            )
+        result = dataclasses.replace(result, ok=ok)
     return result.value(codec)
 
 

@@ -23,7 +23,7 @@ import msgpack
 
 from durable.engine.jobs.job import Job, check_job_type, output_type
 from durable.engine.memo_codec import canonical, plain_default  # the memo's plain-data rules
-from durable.errors import JobTypeError
+from durable.errors import CorruptEngineRecord, JobTypeError
 
 __all__ = ["decode_job", "decode_output", "encode_job", "encode_output", "job_name"]
 
@@ -98,8 +98,16 @@ def encode_output(name: str, value: Any) -> bytes:
 
 
 def decode_output(data: bytes, cls: type[Job[Any]] | None) -> Any:
-    """The output stored as ``data``; a dataclass when ``cls`` declares one."""
-    value = _unpack(data)
+    """The output stored as ``data``; a dataclass when ``cls`` declares one.
+
+    `CorruptEngineRecord` if ``data`` is not MessagePack, `JobTypeError` if it
+    does not fit the declared output type.
+    """
+    try:
+        value = _unpack(data)
+    except Exception as e:  # msgpack raises several unrelated types
+        what = "output of a job" if cls is None else f"output of job {cls.NAME!r}"
+        raise CorruptEngineRecord(what, f"not MessagePack ({type(e).__name__}: {e})") from None
     if cls is None:
         return value
     target = output_type(cls)

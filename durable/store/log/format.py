@@ -98,18 +98,44 @@ def decode_log(name: str, data: bytes) -> LogObject:
     obj = _unpack(name, Kind.LOG, data)
     try:
         log = LogObject(
-            seq=int(obj["s"]),
-            writer=bytes(obj["w"]),
-            ops=obj.get("o", []),
+            seq=_int(obj["s"]),
+            writer=_bytes(obj["w"]),
+            ops=_ops(obj.get("o", [])),
             marker=bool(obj.get("m")),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptObject(name, f"missing or bad field ({e})") from e
-    if len(log.ops) % 2:
-        raise CorruptObject(name, "odd number of operation fields")
     if log.seq != parse_seq(name, LOG_PREFIX):
         raise CorruptObject(name, f"holds seq {log.seq}, not the one in its name")
     return log
+
+
+def _int(value: object) -> int:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError(f"expected an int, found {value!r:.80}")
+    return value
+
+
+def _bytes(value: object) -> bytes:
+    if not isinstance(value, bytes):
+        raise TypeError(f"expected bytes, found {value!r:.80}")
+    return value
+
+
+def _bytes_list(value: object) -> list[bytes]:
+    if not isinstance(value, list) or not all(isinstance(x, bytes) for x in value):
+        raise TypeError("expected a list of bytes")
+    return value
+
+
+def _ops(value: object) -> list[bytes | None]:
+    """Flattened ``[key, value-or-None, ...]`` pairs: keys bytes, values bytes or None."""
+    if not isinstance(value, list) or len(value) % 2:
+        raise ValueError("operations are not a list of key, value pairs")
+    for i, x in enumerate(value):
+        if not isinstance(x, bytes) and (x is not None or i % 2 == 0):
+            raise TypeError(f"operation field {i} is {x!r:.80}, not bytes")
+    return value
 
 
 def encode_checkpoint(
@@ -126,12 +152,15 @@ def decode_checkpoint(name: str, data: bytes) -> Checkpoint:
     """Check and decode a checkpoint read from ``name``."""
     obj = _unpack(name, Kind.CHECKPOINT, data)
     try:
+        markers = obj.get("mk", [])
+        if not isinstance(markers, list):
+            raise TypeError("markers are not a list")
         ck = Checkpoint(
-            seq=int(obj["s"]),
-            writer=bytes(obj["w"]),
-            keys=obj["k"],
-            values=obj["v"],
-            markers=[int(m) for m in obj.get("mk", [])],
+            seq=_int(obj["s"]),
+            writer=_bytes(obj["w"]),
+            keys=_bytes_list(obj["k"]),
+            values=_bytes_list(obj["v"]),
+            markers=[_int(m) for m in markers],
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptObject(name, f"missing or bad field ({e})") from e

@@ -82,17 +82,19 @@ class JobRecord:
         return self.attempts >= max(self.max_attempts, 1)
 
 
-_OPTIONAL = (
-    "payload_ref",
-    "claimed_at",
-    "run_at",
-    "woken_at",
-    "wake_payload",
-    "last_error",
-    "dedup_key",
-    "completed_at",
-    "failed_at",
-)
+#: The optional fields, with their stored type.
+_OPTIONAL_TYPES: dict[str, type] = {
+    "payload_ref": str,
+    "claimed_at": int,
+    "run_at": int,
+    "woken_at": int,
+    "wake_payload": bytes,
+    "last_error": str,
+    "dedup_key": str,
+    "completed_at": int,
+    "failed_at": int,
+}
+_OPTIONAL = tuple(_OPTIONAL_TYPES)
 
 
 def encode_record(record: JobRecord) -> bytes:
@@ -133,7 +135,7 @@ def decode_record(data: bytes, where: str = "job record") -> JobRecord:
     """Decode stored bytes; `CorruptRecord` naming ``where`` if they are not a record."""
     m = _unpack_map(data, where)
     try:
-        kwargs = {name: m.get(name) for name in _OPTIONAL}
+        kwargs = {name: _optional(m.get(name), kind) for name, kind in _OPTIONAL_TYPES.items()}
         return JobRecord(
             id=_typed(m["id"], str),
             queue=_typed(m["queue"], str),
@@ -143,7 +145,7 @@ def decode_record(data: bytes, where: str = "job record") -> JobRecord:
             max_attempts=_typed(m.get("max_attempts", 1), int),
             enqueued_at=_typed(m.get("enqueued_at", 0), int),
             priority=_typed(m.get("priority", 0), int),
-            headers=dict(m.get("headers") or {}),
+            headers=_headers(m.get("headers") or {}),
             cancel_requested=bool(m.get("cancel_requested", False)),
             **kwargs,
         )
@@ -152,8 +154,20 @@ def decode_record(data: bytes, where: str = "job record") -> JobRecord:
 
 
 def _typed(value: Any, kind: type) -> Any:
-    if not isinstance(value, kind):
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
         raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
+    return value
+
+
+def _optional(value: Any, kind: type) -> Any:
+    return None if value is None else _typed(value, kind)
+
+
+def _headers(value: Any) -> dict[str, str]:
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise TypeError("headers are not a map of str to str")
     return value
 
 
@@ -204,17 +218,21 @@ def decode_history(data: bytes, where: str = "attempt history") -> list[HistoryE
     unpacker.feed(data)
     try:
         for m in unpacker:
+            if not isinstance(m, dict):
+                raise TypeError(f"an entry is a {type(m).__name__}, not a map")
             out.append(
                 HistoryEntry(
-                    attempt=int(m["attempt"]),
-                    recorded_at=int(m["recorded_at"]),
+                    attempt=_typed(m["attempt"], int),
+                    recorded_at=_typed(m["recorded_at"], int),
                     outcome=AttemptOutcome(m["outcome"]),
-                    claimed_at=m.get("claimed_at"),
-                    error=m.get("error"),
+                    claimed_at=_optional(m.get("claimed_at"), int),
+                    error=_optional(m.get("error"), str),
                 )
             )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRecord(where, f"bad history entry: {e!r}") from e
     except Exception as e:
         raise CorruptRecord(where, f"not MessagePack: {e}") from e
+    if unpacker.tell() != len(data):
+        raise CorruptRecord(where, "truncated: it ends inside an entry")
     return out
