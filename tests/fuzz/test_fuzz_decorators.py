@@ -1,6 +1,7 @@
 """Fuzzing the decorators' decoders: the codec's frames (MessagePack, pickles,
 signed pickles, exception records), journal entries, archives, invocations
-and invocation records, published values, stored failures, job results.
+and invocation records, published values, stored failures, job results,
+progress marks and the store's codec record.
 
 Property (see `fuzzing`): any bytes decode to a well-typed value or raise
 the decoder's typed error, nothing else. And with a signing key, nothing is
@@ -38,11 +39,15 @@ from hypothesis import strategies as st
 
 from durable.decorators import archive
 from durable.decorators.codec import Codec
+from durable.decorators.codec_record import CodecRecord
+from durable.decorators.codec_record import decode_record as decode_codec_record
+from durable.decorators.codec_record import encode_record as encode_codec_record
 from durable.decorators.invocation import Invocation, decode_invocation, encode_invocation
 from durable.decorators.jobs.handle import job_value
 from durable.decorators.journal import CHILD, SIGNAL, SLEEP, START, STEP, Entry, decode_entry
 from durable.decorators.journal import encode_entry as encode_journal_entry
 from durable.decorators.outcome import FAILURE_MARKER, RunResult, _failure_bytes, encode_failure
+from durable.decorators.progress import decode_mark, encode_mark
 from durable.decorators.publish import _decode as decode_publish_record
 from durable.decorators.publish import _encode as encode_publish_record
 from durable.decorators.publish import decode_published
@@ -380,3 +385,27 @@ def test_job_results(data: st.DataObject) -> None:
     with unpickles() as seen:
         decodes_or_raises(lambda: job_value(SIGNED, result), (CorruptEngineRecord, *CODEC_ERRORS))
     assert all(_signed_by_key(p) for p in seen)
+
+
+# ------------------------------------------- progress marks, codec records
+
+marks = st.builds(encode_mark, st.integers(0, 2**32), st.integers(0, 2**32))
+
+
+@FUZZ
+@given(corrupted(marks))
+def test_progress_marks(raw: bytes) -> None:
+    decodes_or_raises(lambda: decode_mark(raw, RUN), CorruptEngineRecord, tuple[int, int])
+
+
+codec_records = st.builds(
+    CodecRecord,
+    st.sampled_from(["auto", "msgpack"]),
+    st.lists(st.text(alphabet="0123456789abcdef", min_size=32, max_size=32), max_size=3).map(tuple),
+).map(encode_codec_record)
+
+
+@FUZZ
+@given(corrupted(codec_records, names=("v", "codec", "keys")))
+def test_codec_records(raw: bytes) -> None:
+    decodes_or_raises(lambda: decode_codec_record(raw), CorruptEngineRecord, CodecRecord)
