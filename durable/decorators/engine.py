@@ -135,11 +135,12 @@ class Engine:
     in the store: its result, archived journal and published values are
     then removed and its id reads as unknown (`RunNotFound`). ``clock`` is
     the source of all time (a `durable.store.clock.MockClock` in tests).
-    ``max_attempts_without_progress`` (default 10) is how many attempts of
+    ``max_attempts_without_progress`` (default 20) is how many attempts of
     a run may end in a row without journaling anything (a crash of its
     process counts) before the run fails with `RunStalled`; a run that
-    journals something in each attempt is never failed by its crashes
-    (`durable.decorators.progress`).
+    journals something in each attempt is never failed by its crashes, and
+    a stalled run waits longer before each attempt (1 s, doubling, at most
+    5 minutes; `durable.decorators.progress`).
 
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.

@@ -48,7 +48,7 @@ from durable.decorators.context import RunContext
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, SIGNAL, Journal
 from durable.decorators.outcome import encode_failure
-from durable.decorators.progress import check_progress, mark_progress
+from durable.decorators.progress import DEFERRED, Verdict, check_progress, mark_progress
 from durable.decorators.registry import REGISTRY
 from durable.decorators.suspend import Abort, Suspend
 from durable.decorators.waits import resolve_signal
@@ -94,17 +94,19 @@ class WorkflowRunner:
             invocation.check_fits(definition.fn, step.run_id)
             journal = Journal.load(kv, step.run_memo, step.run_id)
             # Before anything of the run's own is decoded or run: a poison
-            # run stops here.
-            check_progress(
+            # run stops here, a stalled one waits first.
+            verdict = check_progress(
                 kv,
                 journal,
                 step,
                 invocation.name,
                 engine.max_attempts_without_progress,
-                lambda: _last_error(engine, step),
+                lambda: engine.queue.attempt_history(step.job_id),
             )
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))
+        if verdict.defer is not None:
+            _defer(step, verdict)
         # The queue does not flush a claim (it rides the next flush): make it
         # durable before anything of the run is decoded or run, or a process
         # that dies at once would not count the attempt. No commit of its own;
@@ -148,10 +150,21 @@ async def _abort(run: RunContext, abort: Abort) -> NoReturn:
     raise StepError.transient(abort.reason) from abort.__cause__
 
 
-def _last_error(engine: Engine, step: Step) -> str | None:
-    """The last error the queue recorded for ``step``'s job, if any."""
-    record = engine.queue.job_record(step.job_id)
-    return record.last_error if record is not None else None
+def _defer(step: Step, verdict: Verdict) -> NoReturn:
+    """Put the delivery back for ``verdict.defer`` seconds without running it:
+    its last attempt was cut short with no progress (see
+    `durable.decorators.progress`)."""
+    log.warning(
+        "workflow run deferred: its last attempts ended without progress",
+        run_id=step.run_id,
+        attempts_without_progress=verdict.stalled,
+        seconds=verdict.defer,
+    )
+    raise StepError.transient(
+        f"{DEFERRED} run {step.run_id!r} waits {verdict.defer:g} s: {verdict.stalled} "
+        "attempt(s) in a row ended without progress",
+        retry_after=verdict.defer,
+    )
 
 
 async def _resume(run: RunContext) -> None:

@@ -176,24 +176,32 @@ class StepError(Exception):
     """A step (or terminal hook) failed; raise it from the runner.
 
     ``kind`` decides the path: `StepErrorKind.TRANSIENT` retries per the
-    queue's backoff, `StepErrorKind.PERMANENT` dead-letters at once. No
-    staged effects are applied in either case.
+    queue's backoff (or after ``retry_after`` seconds, when given),
+    `StepErrorKind.PERMANENT` dead-letters at once. No staged effects are
+    applied in either case.
     """
 
-    __slots__ = ("kind", "message")
+    __slots__ = ("kind", "message", "retry_after")
 
-    def __init__(self, message: str, kind: StepErrorKind) -> None:
+    def __init__(
+        self, message: str, kind: StepErrorKind, *, retry_after: float | None = None
+    ) -> None:
         check_str("StepError.message", message)
         if not isinstance(kind, StepErrorKind):
             raise InvalidArgument(f"StepError.kind must be a StepErrorKind, got {kind!r}")
+        if retry_after is not None:
+            retry_after = check_seconds("StepError.retry_after", retry_after)
         super().__init__(message)
         self.message = message
         self.kind = kind
+        #: Seconds before a transient error's retry (None: the queue's backoff).
+        self.retry_after = retry_after
 
     @classmethod
-    def transient(cls, message: str) -> StepError:
-        """An error that may pass on retry."""
-        return cls(message, StepErrorKind.TRANSIENT)
+    def transient(cls, message: str, *, retry_after: float | None = None) -> StepError:
+        """An error that may pass on retry (after ``retry_after`` seconds, when
+        given, instead of the queue's backoff)."""
+        return cls(message, StepErrorKind.TRANSIENT, retry_after=retry_after)
 
     @classmethod
     def permanent(cls, message: str) -> StepError:

@@ -14,6 +14,9 @@ runner, then settle by this precedence:
 | transient `StepError`, last attempt | exhausting nack + terminate | failed; effects discarded |
 | transient `StepError`, attempts left | nack: retry with backoff | active; effects discarded |
 
+A transient `StepError` with ``retry_after`` is retried that many seconds
+later instead of after the queue's backoff.
+
 Before a termination it performs, the worker writes the run result record
 to the run memo. A notification job (terminal header) is handed to the
 terminal hook.
@@ -196,7 +199,7 @@ class StepWorker:
             fx = await self._terminate(
                 rec, record, step, end, write_result=delivery.is_last_attempt()
             )
-            raise FailWith(error, fx)
+            raise FailWith(error, fx, retry_after=error.retry_after)
         fx = delivery.effects.apply_to(SettlementEffects())
         if isinstance(outcome, Continue):
             for key in signal_cleanup_keys(rec.headers, run_id, step):

@@ -21,14 +21,20 @@ import durable
 from durable.decorators.engine import Engine
 from durable.decorators.journal import INLINE_MAX, STEP
 from durable.decorators.progress import (
+    DEFERRED,
     MAX_ATTEMPTS_WITHOUT_PROGRESS,
-    attempts_without_progress,
+    MAX_DEFERRAL,
+    Verdict,
     decode_mark,
+    deferral,
     encode_mark,
+    judge,
     progress_key,
 )
 from durable.errors import CorruptEngineRecord, InvalidArgument, RunStalled
 from durable.store.clock import MockClock
+from durable.store.queue import AttemptOutcome, HistoryEntry
+from durable.store.queue.keys import history_key
 from durable.testing import FaultyObjectStore
 
 runs: Counter[str] = Counter()
@@ -109,25 +115,74 @@ async def arrive(key: str) -> None:
     await asyncio.wait_for(arrival(key).wait(), LIMIT)
 
 
+def _ended(*how: tuple[int, AttemptOutcome, str | None]) -> list[HistoryEntry]:
+    return [HistoryEntry(attempt, 0, outcome, error=error) for attempt, outcome, error in how]
+
+
+CUT = AttemptOutcome.INTERRUPTED
+RETRIED = AttemptOutcome.RETRIED
+
+
 def test_attempts_without_progress_count_from_the_mark_of_this_step() -> None:
-    assert attempts_without_progress(None, 0, 1) == 0  # the first attempt
-    assert attempts_without_progress(None, 0, 4) == 3  # three ended without progress
-    assert attempts_without_progress((0, 4), 0, 5) == 0  # attempt 4 journaled something
-    assert attempts_without_progress((0, 4), 0, 9) == 4
+    assert judge(None, 0, 1, []) == Verdict(0, None)  # the first attempt
+    # Attempt 1 was killed before it journaled anything: wait 1 s first.
+    assert judge(None, 0, 2, _ended((1, CUT, None))) == Verdict(1, 1.0)
+    # ... unless it journaled something (the mark names it).
+    assert judge((0, 1), 0, 2, _ended((1, CUT, None))) == Verdict(0, None)
+    # After the deferral it runs; a deferral is no attempt without progress.
+    deferred = (2, RETRIED, f"{DEFERRED} run 'r' waits 1 s")
+    assert judge(None, 0, 3, _ended((1, CUT, None), deferred)) == Verdict(1, None)
+    history = _ended((1, CUT, None), deferred, (3, AttemptOutcome.LEASE_EXPIRED, None))
+    assert judge(None, 0, 4, history) == Verdict(2, 2.0)
+    # A transient error waited the queue's backoff already: it counts, no deferral.
+    assert judge(None, 0, 2, _ended((1, RETRIED, "journal write failed"))) == Verdict(1, None)
     # A mark of another step (an earlier job of the run): this job counts afresh.
-    assert attempts_without_progress((2, 7), 3, 1) == 0
-    assert attempts_without_progress((2, 7), 3, 3) == 2
+    assert judge((2, 7), 3, 3, _ended((1, CUT, None), (2, CUT, None))) == Verdict(2, 2.0)
+    assert judge((0, 4), 0, 9, _ended(*((a, CUT, None) for a in range(1, 9)))) == Verdict(4, 8.0)
+    assert [deferral(n) for n in (1, 2, 3, 9, 10, 1000)] == [1, 2, 4, 256, 300, 300]
+    assert MAX_DEFERRAL == 300
     assert decode_mark(encode_mark(3, 41), "r") == (3, 41)
     for corrupt in (b"", b"\xc1", encode_mark(1, 2)[:-1], b"\x92\x01\xc3"):
         with pytest.raises(CorruptEngineRecord, match="the progress mark of run 'r'"):
             decode_mark(corrupt, "r")
 
 
+async def deferrals(engine: Engine, run_id: str, count: int) -> None:
+    """Wait until the delivery job of run ``run_id`` was deferred ``count``
+    times (its attempt history says so): a watch on the history key."""
+
+    async def seen() -> None:
+        watchers = engine.queue.writer.watchers
+        while True:
+            pointer = engine.workflows.default.view.pointer(run_id)
+            assert pointer is not None
+            history = engine.queue.attempt_history(pointer.job_id)
+            if sum((e.error or "").startswith(DEFERRED) for e in history) >= count:
+                return
+            key = history_key(pointer.job_id)
+            fut = watchers.watch(key)  # no await since the read
+            try:
+                await fut
+            finally:
+                watchers.unwatch(key, fut)
+
+    await asyncio.wait_for(seen(), LIMIT)
+
+
+async def after_deferral(engine: Engine, run_id: str, count: int) -> None:
+    """Wait for the ``count``-th deferral of run ``run_id``, then let its time pass."""
+    await deferrals(engine, run_id, count)
+    clock = engine.clock
+    assert isinstance(clock, MockClock)
+    clock.advance(MAX_DEFERRAL)
+    engine.queue.promote_scheduled_now()
+
+
 async def test_a_run_that_progresses_survives_more_crashes_than_any_attempt_limit(
     make_objects: Factory, clock: MockClock
 ) -> None:
     """30 crashes (the queue's old limit was 25 claims; the bound without
-    progress is 10), each after one more step was journaled: the run
+    progress is 20), each after one more step was journaled: the run
     finishes, every step journaled once, each run once more only because it
     was in flight at a crash."""
     n = 30
@@ -136,6 +191,8 @@ async def test_a_run_that_progresses_survives_more_crashes_than_any_attempt_limi
         await arrive("tick 0")
     for i in range(1, n):
         async with crashing(make_objects, clock) as engine:
+            if i == 1:  # the first attempt journaled nothing: the run waits 1 s
+                await after_deferral(engine, handle.run_id, 1)
             await arrive(f"tick {i}")  # step i - 1 is journaled: progress
     async with make_engine(make_objects, clock) as engine:
         assert await result(engine.handle(handle.run_id)) == sum(range(n))
@@ -157,6 +214,8 @@ async def test_a_poison_run_fails_after_the_bound_without_progress(
         async with crashing(make_objects, clock) as engine:
             if attempt == 1:
                 handle = await poisoned.options(run_id="poison").start()
+            elif attempt > 2:  # the run waits before each attempt after the second
+                await after_deferral(engine, "poison", attempt - 2)
             await arrive(f"poison {attempt}")
     async with make_engine(make_objects, clock) as engine:
         with pytest.raises(RunStalled) as e:
@@ -179,6 +238,8 @@ async def test_the_bound_is_an_engine_option(make_objects: Factory, clock: MockC
         async with crashing(make_objects, clock, max_attempts_without_progress=2) as engine:
             if attempt == 1:
                 handle = await poisoned.options(run_id="poison").start()
+            elif attempt == 3:
+                await after_deferral(engine, "poison", 1)
             await arrive(f"poison {attempt}")
     async with make_engine(make_objects, clock, max_attempts_without_progress=2) as engine:
         with pytest.raises(RunStalled, match="no progress in 2 attempts"):

@@ -325,6 +325,36 @@ async def test_transient_retries_follow_the_queues_backoff(
     assert [a for _, _, a in runner.ran] == [1, 2]
 
 
+async def test_a_transient_error_may_say_when_to_retry(
+    open_queue: Opener, clock: MockClock
+) -> None:
+    """``StepError.transient(..., retry_after=s)`` reschedules the step ``s``
+    seconds later instead of after the queue's backoff."""
+    q = await open_queue(max_attempts=3, retry_backoff_base=10.0)
+    failed = asyncio.Event()
+
+    async def body(step: Step) -> StepOutcome:
+        if step.attempts == 1:
+            failed.set()
+            raise StepError.transient("busy", retry_after=0.5)
+        return Succeed(b"soon")
+
+    rt = WorkflowRuntime(q, Runner(body))
+    sub = await rt.submit(RunSpec(b"x", run_id="soon"))
+    worker = rt.spawn()
+    await failed.wait()
+    await worker.shutdown()
+    job = q.job_record(sub.job_id)
+    assert job is not None
+    assert (job.status, job.run_at) == (JobStatus.SCHEDULED, clock.now_ms() + 500)
+    clock.advance(0.5)
+    assert q.promote_scheduled_now() == 1
+    assert (await finish(rt, "soon")).outcome.result == b"soon"
+    for bad in (-1, float("nan"), "1"):
+        with pytest.raises(InvalidArgument, match="retry_after"):
+            StepError.transient("x", retry_after=bad)  # type: ignore[arg-type]
+
+
 async def test_an_engine_error_from_a_runner_keeps_its_permanence(open_queue: Opener) -> None:
     """A non-transient durable error (here staging a reserved key) dead-letters
     at once, attempts left or not."""

@@ -126,6 +126,32 @@ async def test_nack_backoff_doubles_then_caps(open_queue: object, clock: MockClo
     assert delays == [1000, 2000, 4000, 5000, 5000]
 
 
+async def test_nack_retry_after_replaces_the_backoff(open_queue: object, clock: MockClock) -> None:
+    q = await open_with(open_queue, max_attempts=10, retry_backoff_base=1, retry_backoff_max=5)
+    id = await q.enqueue("q", b"")
+    delays = []
+    for after in (0.25, 30, 0):
+        claim = await claim_one(q)
+        now = clock.now_ms()
+        assert await q.nack(claim, "e", retry_after=after) == Retried()
+        rec = q.job_record(id)
+        assert rec is not None
+        if after:
+            assert rec.status is JobStatus.SCHEDULED
+            assert rec.run_at is not None
+            delays.append(rec.run_at - now)
+            clock.advance(after)
+            assert q.promote_scheduled_now() == 1
+        else:
+            assert rec.status is JobStatus.PENDING
+    assert delays == [250, 30_000]  # not the queue's 1 s, 2 s
+    claim = await claim_one(q)
+    for bad in (-1, float("inf"), "5", True):
+        with pytest.raises(InvalidOption, match="retry_after"):
+            await q.nack(claim, "e", retry_after=bad)  # type: ignore[arg-type]
+    assert q.job_record(id).status is JobStatus.CLAIMED  # type: ignore[union-attr]
+
+
 async def test_nack_at_max_attempts_dead_letters(open_queue: object, clock: MockClock) -> None:
     q = await open_with(open_queue, max_attempts=2, retry_backoff_base=0)
     id = await q.enqueue("q", b"")

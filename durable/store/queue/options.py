@@ -31,6 +31,7 @@ __all__ = [
     "OpenOptions",
     "QueueConfig",
     "backoff_ms",
+    "checked_ms",
     "to_ms",
     "validate_queue_name",
 ]
@@ -101,6 +102,14 @@ def _seconds(name: str, value: object, *, positive: bool = False) -> None:
     if not math.isfinite(value) or value < 0 or (positive and value == 0):
         need = "positive" if positive else "non-negative"
         raise InvalidOption(f"{name} must be a finite {need} number of seconds, got {value!r}")
+
+
+def checked_ms(name: str, value: object) -> int:
+    """``value`` (a finite, non-negative number of seconds) in whole
+    milliseconds; `InvalidOption` naming ``name`` otherwise."""
+    _seconds(name, value)
+    assert isinstance(value, int | float)
+    return to_ms(value)
 
 
 @dataclass(frozen=True, slots=True)

@@ -206,13 +206,23 @@ class Queue:
         """Complete the claimed job and apply ``effects`` atomically."""
         return await self._settler.ack_with(claim, effects)
 
-    async def nack(self, claim: Claim, error: str) -> NackOutcome:
-        """Fail this attempt: retry after backoff, or dead-letter when out of attempts."""
-        return await self._settler.nack_with(claim, error)
+    async def nack(
+        self, claim: Claim, error: str, *, retry_after: float | None = None
+    ) -> NackOutcome:
+        """Fail this attempt: retry after backoff (``retry_after`` seconds
+        instead, when given), or dead-letter when out of attempts."""
+        return await self._settler.nack_with(claim, error, retry_after=retry_after)
 
-    async def nack_with(self, claim: Claim, error: str, effects: SettlementEffects) -> NackOutcome:
+    async def nack_with(
+        self,
+        claim: Claim,
+        error: str,
+        effects: SettlementEffects,
+        *,
+        retry_after: float | None = None,
+    ) -> NackOutcome:
         """As `nack`; ``effects`` apply only if the job is dead-lettered."""
-        return await self._settler.nack_with(claim, error, effects)
+        return await self._settler.nack_with(claim, error, effects, retry_after=retry_after)
 
     async def dead_letter(self, claim: Claim, reason: str) -> None:
         """Move the claimed job to Dead now, whatever its attempts."""

@@ -25,7 +25,7 @@ from durable.store.queue.core import Core
 from durable.store.queue.effects import EnqueueResult, SettlementEffects
 from durable.store.queue.enqueue import prepare_effects, stage_effects
 from durable.store.queue.leases import Claim
-from durable.store.queue.options import backoff_ms
+from durable.store.queue.options import backoff_ms, checked_ms
 from durable.store.queue.records import (
     AttemptOutcome,
     HistoryEntry,
@@ -169,14 +169,21 @@ class Settler:
         return await run_txn(core, fx, body)
 
     async def nack_with(
-        self, claim: Claim, error: str, effects: SettlementEffects | None = None
+        self,
+        claim: Claim,
+        error: str,
+        effects: SettlementEffects | None = None,
+        *,
+        retry_after: float | None = None,
     ) -> NackOutcome:
         """Fail this attempt: retry with backoff, or dead-letter when out of attempts.
 
-        ``effects`` apply only on the dead-letter branch.
+        ``effects`` apply only on the dead-letter branch. ``retry_after``
+        (seconds) replaces the queue's backoff for this retry.
         """
         core = self.core
         _text("error", error)
+        after_ms = None if retry_after is None else checked_ms("retry_after", retry_after)
         fx = await prepare_effects(core, effects)
 
         def body(txn: Txn) -> tuple[NackOutcome, list[EnqueueResult] | None]:
@@ -190,7 +197,11 @@ class Settler:
                 return DeadLettered(results), results
             history(txn, rec, now, AttemptOutcome.RETRIED, error)
             cfg = core.config(rec.queue)
-            delay = backoff_ms(rec.attempts, cfg.retry_backoff_base, cfg.retry_backoff_max)
+            delay = (
+                backoff_ms(rec.attempts, cfg.retry_backoff_base, cfg.retry_backoff_max)
+                if after_ms is None
+                else after_ms
+            )
             rec = rec.replace(last_error=error, claimed_at=None)
             if delay == 0:
                 to_pending(txn, rec, JobStatus.CLAIMED)

@@ -8,7 +8,8 @@ A `Worker` turns one claimed job into its settlement:
   which retries the job or, on its last attempt, dead-letters it (the
   effects apply only then);
 - `FailWith` ``(error, effects)`` carries effects on either failure path:
-  the wrapped ``error`` decides which.
+  the wrapped ``error`` decides which; its ``retry_after`` (seconds), when
+  set, replaces the queue's backoff of the retry.
 
 Processing is never interrupted by shutdown. A settlement that fails (most
 often `ClaimLost`: the lease ran out and the job was requeued) is logged and
@@ -68,10 +69,14 @@ class FailWith(Exception):
     apply only if that nack exhausts the job's attempts).
     """
 
-    def __init__(self, error: Exception, effects: SettlementEffects) -> None:
+    def __init__(
+        self, error: Exception, effects: SettlementEffects, *, retry_after: float | None = None
+    ) -> None:
         super().__init__(str(error))
         self.error = error
         self.effects = effects
+        #: Seconds before the retry of a nack (None: the queue's backoff).
+        self.retry_after = retry_after
 
 
 class Worker(Protocol):
@@ -94,7 +99,13 @@ class WorkerQueue(Protocol):
     async def ack_with(self, claim: Claim, effects: SettlementEffects, /) -> object: ...
 
     async def nack_with(
-        self, claim: Claim, error: str, effects: SettlementEffects, /
+        self,
+        claim: Claim,
+        error: str,
+        effects: SettlementEffects,
+        /,
+        *,
+        retry_after: float | None = None,
     ) -> object: ...
 
     async def dead_letter_with(
@@ -122,9 +133,9 @@ async def _process_and_settle(
     try:
         effects = await worker.process(claim, claim.lease)
     except Exception as e:
-        effects, error = None, e
-        if isinstance(error, FailWith):
-            effects, error = error.effects, error.error
+        effects, error, retry_after = None, e, None
+        if isinstance(e, FailWith):
+            effects, error, retry_after = e.effects, e.error, e.retry_after
         try:
             if isinstance(error, PermanentFailure):
                 reason = _describe(error)
@@ -135,7 +146,9 @@ async def _process_and_settle(
             else:
                 text = _describe(error)
                 _job_log(logger, claim).info("job failed", error=text, exc_info=error)
-                await queue.nack_with(claim, text, effects or SettlementEffects())
+                await queue.nack_with(
+                    claim, text, effects or SettlementEffects(), retry_after=retry_after
+                )
         except Exception as settle_error:
             _job_log(logger, claim).warning("job settlement failed", error=_describe(settle_error))
         return
