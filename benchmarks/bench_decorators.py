@@ -12,7 +12,8 @@ default options: fsync on):
   store open included, until every ``handle.result()`` returned); for a few
   ``c``, keeping the best. Steps/s, process CPU ms per step, peak threads.
 - ``latency``: 200 one-step runs, one at a time (``start`` then
-  ``await handle.result()``): p50/p95/p99 ms.
+  ``await handle.result()``): p50/p95/p99 ms, and the log objects (durable
+  writes) the store wrote per run.
 - ``sequential``: one run of 100 steps (the median of 3): ms per step.
 - ``long_vs_many`` (point 10 of issue 6): one 1,000-step run against 1,000
   one-step runs one after the other, in a process that stays up. An n-step
@@ -132,12 +133,16 @@ async def timed_run(steps: int, run_id: str) -> float:
 
 async def bench_latency(path: Path, runs: int, long_steps: int, repeats: int) -> dict[str, float]:
     """Sequential one-step runs, then ``repeats`` runs of ``long_steps`` (median)."""
-    async with Engine(path):
+    async with Engine(path) as engine:
         for i in range(min(20, runs)):
             await timed_run(1, f"warmup-{i:06d}")
+        stats = engine.queue.writer.stats
+        objects = stats.log_objects
         lat = sorted([await timed_run(1, f"one-{i:06d}") for i in range(runs)])
+        objects = stats.log_objects - objects
         longs = sorted([await timed_run(long_steps, f"seq-{i:06d}") for i in range(repeats)])
     return {
+        "one_step_log_objects_per_run": round(objects / runs, 2),
         "one_step_p50_ms": pct(lat, 50),
         "one_step_p95_ms": pct(lat, 95),
         "one_step_p99_ms": pct(lat, 99),

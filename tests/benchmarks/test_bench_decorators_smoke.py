@@ -16,6 +16,7 @@ EXPECTED = {
     "cpu_ms_per_step",
     "peak_threads",
     "peak_rss_mb",
+    "one_step_log_objects_per_run",
     "one_step_p50_ms",
     "one_step_p95_ms",
     "one_step_p99_ms",
@@ -48,6 +49,8 @@ def test_bench_decorators_quick_prints_json_figures() -> None:
     assert figures["peak_threads"] >= 1
     p50, p95, p99 = (figures[f"one_step_p{p}_ms"] for p in (50, 95, 99))
     assert 0 < p50 <= p95 <= p99
+    # submit, the claim, the step's journal entry, the termination (issue 13)
+    assert figures["one_step_log_objects_per_run"] == 4
     # Point 10: in a process that stays up, the long run executes its workflow
     # function once (no replay per step) and costs less than as many runs.
     assert figures["long_run_invocations"] == 1
