@@ -231,7 +231,8 @@ def test_a_dead_or_gone_owner_is_taken_over(status: Status) -> None:
 def test_a_released_store_is_handed_over_to_the_lowest_live_standby() -> None:
     assert decide(B, _v(None), {A: Status.GONE}).reason is Reason.HANDOVER
     blocked = decide(C, _v(None), {A: Status.GONE, B: Status.ALIVE})
-    assert not blocked.acquire and B in blocked.why
+    assert not blocked.acquire
+    assert B in blocked.why
     assert not decide(C, _v(None), {B: Status.UNKNOWN}).acquire  # may be alive: wait for it
     assert decide(C, _v(None), {B: Status.DEAD}).acquire
 
