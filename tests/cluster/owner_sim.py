@@ -182,10 +182,15 @@ class StoreOwner:
             await writer.close()
 
     async def commit(self) -> bool:
-        """One commit, refused (False) if the ownership is not valid, as the
-        writer's validity check would, or if the writer fails (`Fenced`)."""
+        """One commit; False if refused: when the ownership is not valid, it
+        stops the writer first, as `LogWriter.set_validity` makes the writer
+        do; or when the writer fails (`Fenced` by a newer writer's marker)."""
         writer = self.writer
-        if writer is None or self.member.ownership.validity() is not None:
+        if writer is None:
+            return False
+        reason = self.member.ownership.validity()
+        if reason is not None:
+            _Writer(writer).stop(StoreError(f"self-fenced: {reason}"))
             return False
         value = f"{self.member.id}@{self.member.sim.now_ms}".encode()
         try:
