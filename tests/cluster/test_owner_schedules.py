@@ -29,7 +29,7 @@ async def _disrupt(sim: Sim, rng: random.Random) -> bool:
     running = sim.running()
     paused = [m for m in sim.members if m.paused and not m.crashed]
     alive = [m for m in sim.members if not m.crashed and m.ownership.state.value != "client"]
-    if r < 0.03 and len(alive) < 5 or not alive:
+    if (r < 0.03 and len(alive) < 5) or not alive:
         await sim.join(takeover=rng.random() < 0.1)
     elif r < 0.05 and running:
         await sim.crash(_pick(rng, running, sim))
