@@ -596,7 +596,12 @@ class Ownership:
     def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
         task = self._task(coro, "ownership")
         self._bg.add(task)
-        task.add_done_callback(self._bg.discard)
+        task.add_done_callback(self._reap)
+
+    def _reap(self, task: asyncio.Task[None]) -> None:
+        self._bg.discard(task)
+        if not task.cancelled() and (error := task.exception()) is not None:
+            self._log.error("ownership task failed", error=repr(error))
 
     async def _stop_tasks(self) -> None:
         current = asyncio.current_task()
