@@ -375,12 +375,22 @@ class Sim:
         m.store.gate.set()
 
     def check_invariants(self) -> None:
-        """At most one member owns validly (on the simulation's clock, paused
-        ones included), unless a ``takeover=True`` member just fenced one."""
-        valid = [m for m in self.members if not m.crashed and self.valid_now(m)]
-        valid = [m for m in valid if m.paused or m.owns]
-        if len(valid) > 1 and not any(m.takeover for m in valid):
-            self.violations.append(f"t={self.now}: {[m.id for m in valid]} all own validly")
+        """At most one member believes it owns the store (a paused one if its
+        heartbeat is valid on the simulation's clock), unless a
+        ``takeover=True`` member just fenced one; and no running member
+        believes it owns on a heartbeat that is stale on the simulation's clock."""
+        believers: list[SimMember] = []
+        for m in self.members:
+            if m.crashed:
+                continue
+            if m.paused and self.valid_now(m):
+                believers.append(m)
+            elif m.running and m.owns:
+                believers.append(m)
+                if not self.valid_now(m):
+                    self.violations.append(f"t={self.now}: {m.id} owns on a stale heartbeat")
+        if len(believers) > 1 and not any(m.takeover for m in believers):
+            self.violations.append(f"t={self.now}: {[m.id for m in believers]} all own")
 
     async def log_writers(self) -> list[tuple[int, bytes, bool]]:
         """(seq, writer id, marker) of every log object, in order."""

@@ -157,6 +157,27 @@ async def test_an_owner_paused_past_the_ttl_commits_nothing_then_is_a_standby(si
     await sim.check_epochs()
 
 
+async def test_an_owner_paused_in_the_middle_of_a_heartbeat_put_self_fences(sim: Sim) -> None:
+    a = await sim.join()
+    b = await sim.join()
+    await sim.advance(4)
+    sim.pause(a)
+    puts = a.store.calls["put"]
+    a.clock.set(sim.now_ms + 2_000)  # its next beat starts, then SIGSTOP: the put hangs
+    for _ in range(100):
+        if a.store.calls["put"] > puts:
+            break
+        await asyncio.sleep(0)  # let its loop run up to the put (no time passes)
+    assert a.store.calls["put"] == puts + 1
+    await sim.until(lambda: b.owns, limit=BOUND)
+    sim.resume(a)  # the put lands now: the heartbeat it renews is as old as its start
+    await sim.step(0.5)
+    assert a.ownership.state is State.STANDBY
+    assert "heartbeat" in a.owner.lost[0]
+    await sim.advance(10)
+    assert [m.id for m in sim.owners()] == [b.id]
+
+
 async def test_a_lone_owner_paused_past_the_ttl_self_fences_then_owns_again(sim: Sim) -> None:
     a = await sim.join()
     await sim.advance(4)
