@@ -501,14 +501,15 @@ class Ownership:
         return True
 
     def _lose(self, writer: OwnerWriter | None, reason: str, *, stop: bool = False) -> None:
-        """The owner's writer stopped, or must: become a standby now, clean up
-        in the background. Ignored for a writer no longer current, or while
-        releasing (the release closes the writer itself)."""
-        if writer is None or writer is not self._writer or self._releasing:
+        """The owner's writer stopped, or must (``stop``: stop it first): become
+        a standby now, clean up in the background. Ignored for a writer no
+        longer current; while releasing, only the stop (the release closes
+        the writer itself)."""
+        if writer is None or writer is not self._writer:
             return
         if stop and writer.failure is None:
             writer.stop(self._self_fenced(reason))
-        if self._state is not State.OWNER:
+        if self._releasing or self._state is not State.OWNER:
             return
         self._set_state(State.STANDBY)
         self._log.warning("lost the store", reason=reason)

@@ -159,6 +159,8 @@ class StoreOwner:
     released: int = 0
     #: Make the next ``on_acquire`` calls raise this.
     fail_acquire: list[BaseException] = field(default_factory=list)
+    #: ``on_release`` drains until this is set (None: at once).
+    drain: asyncio.Event | None = None
 
     async def on_acquire(self) -> _Writer:
         self.member.sim.acquiring(self.member)
@@ -177,6 +179,8 @@ class StoreOwner:
 
     async def on_release(self) -> None:
         self.released += 1
+        if self.drain is not None:
+            await self.drain.wait()
         writer, self.writer = self.writer, None
         if writer is not None:
             await writer.close()

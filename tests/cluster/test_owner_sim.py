@@ -219,6 +219,26 @@ async def test_an_owner_that_cannot_heartbeat_stops_its_writer_first(sim: Sim) -
     await sim.check_epochs()
 
 
+async def test_an_owner_draining_for_release_still_self_fences(sim: Sim) -> None:
+    a = await sim.join()
+    writer = a.owner.writer
+    assert writer is not None
+    a.owner.drain = asyncio.Event()
+    releasing = asyncio.create_task(a.ownership.release())
+    while a.owner.released == 0:
+        await asyncio.sleep(0)  # until the drain began (no time passes)
+    a.store.failing_puts = True
+    for _ in range(5):  # 15 s of a drain without a heartbeat
+        a.clock.advance(HB)
+        await a.clock.wait_for_sleepers(1)  # the heartbeat loop (the other waits for the drain)
+    assert writer.failure is not None
+    assert "heartbeat" in str(writer.failure)
+    a.store.failing_puts = False
+    a.owner.drain.set()
+    await releasing
+    assert await _head(sim) == (None, Reason.RELEASE)
+
+
 async def test_takeover_true_fences_the_owner_at_once(sim: Sim) -> None:
     a = await sim.join()
     await sim.advance(4)
