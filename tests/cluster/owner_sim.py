@@ -53,6 +53,11 @@ class SimStore(ObjectStore):
         self.failing_puts = False
         #: Awaited before each create of a name starting with a key's prefix.
         self.before_create: dict[str, Callable[[], Awaitable[None]]] = {}
+        self._entered: dict[str, asyncio.Event] = {}
+
+    def entered(self, op: str) -> asyncio.Event:
+        """An event set when the next call of ``op`` enters (before the gate)."""
+        return self._entered.setdefault(op, asyncio.Event())
 
     @property
     def url(self) -> str:
@@ -60,6 +65,8 @@ class SimStore(ObjectStore):
 
     async def _enter(self, op: str) -> None:
         self.calls[op] += 1
+        if (event := self._entered.pop(op, None)) is not None:
+            event.set()
         await self.gate.wait()
 
     async def get(self, name: str) -> bytes:
@@ -161,6 +168,8 @@ class StoreOwner:
     fail_acquire: list[BaseException] = field(default_factory=list)
     #: ``on_release`` drains until this is set (None: at once).
     drain: asyncio.Event | None = None
+    #: Set when ``on_release`` begins.
+    draining: asyncio.Event = field(default_factory=asyncio.Event)
 
     async def on_acquire(self) -> _Writer:
         self.member.sim.acquiring(self.member)
@@ -179,6 +188,7 @@ class StoreOwner:
 
     async def on_release(self) -> None:
         self.released += 1
+        self.draining.set()
         if self.drain is not None:
             await self.drain.wait()
         writer, self.writer = self.writer, None
