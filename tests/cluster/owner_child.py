@@ -4,7 +4,12 @@ and commits a tick every 20 ms while it owns (checking the ownership's
 validity first and stopping the writer when it fails, as
 `LogWriter.set_validity` makes the writer do). SIGTERM: release and exit 0.
 
-Usage: ``owner_child.py DIR TTL HEARTBEAT``. Prints one line per event:
+With part A of issue 14 present, the writer's own validity check
+(`LogWriter.set_validity`) and the directory's process lock
+(`LocalObjectStore.try_lock`) are wired as the engine wires them.
+
+Usage: ``owner_child.py DIR TTL HEARTBEAT [nolock]`` (``nolock``: liveness
+by the ttl alone, as on object stores). Prints one line per event:
 ``standby <member>``, ``owner <member> <writer id hex>``, ``lost <member>
 <reason>``, ``released <member>``.
 """
@@ -21,6 +26,7 @@ from durable.errors import StoreError
 from durable.store.log import LogWriter, WriteBatch
 from durable.store.log.writer import LogOptions
 from durable.store.objects import LocalObjectStore
+from durable.store.objects.base import Guarantee
 
 
 def say(*words: object) -> None:
@@ -51,7 +57,7 @@ class Owned:
         stop(self.writer, error)
 
 
-async def main(directory: str, ttl: float, heartbeat: float) -> None:
+async def main(directory: str, ttl: float, heartbeat: float, use_lock: bool) -> None:
     objects = LocalObjectStore(directory)
     writer: LogWriter | None = None
     ownership: Ownership
@@ -59,6 +65,8 @@ async def main(directory: str, ttl: float, heartbeat: float) -> None:
     async def on_acquire() -> Owned:
         nonlocal writer
         writer = await LogWriter.open(objects, LogOptions(checkpoint_on_close=False))
+        if hasattr(writer, "set_validity"):
+            writer.set_validity(ownership.validity)
         say("owner", ownership.member_id, writer.writer_id.hex())
         return Owned(writer)
 
@@ -75,6 +83,7 @@ async def main(directory: str, ttl: float, heartbeat: float) -> None:
         if closing is not None:
             await closing.close()
 
+    process_lock = getattr(Guarantee, "PROCESS_LOCK", None)
     ownership = Ownership(
         objects,
         on_acquire=on_acquire,
@@ -82,6 +91,7 @@ async def main(directory: str, ttl: float, heartbeat: float) -> None:
         on_release=on_release,
         ttl=ttl,
         heartbeat=heartbeat,
+        lock=objects.try_lock if use_lock and process_lock in objects.guarantees else None,
     )
     done = asyncio.Event()
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, done.set)
@@ -105,4 +115,6 @@ async def main(directory: str, ttl: float, heartbeat: float) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3])))
+    asyncio.run(
+        main(sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), sys.argv[4:] != ["nolock"])
+    )

@@ -1,6 +1,8 @@
 """Ownership across real processes on a local directory, on the wall clock
-(ttl 1 s, heartbeat 0.2 s): kill -9 of the owner, SIGSTOP past the ttl then
-SIGCONT, graceful handover on SIGTERM. The children are `owner_child`."""
+(ttl 2 s, heartbeat 0.3 s): kill -9 of the owner, SIGSTOP past the ttl then
+SIGCONT, graceful handover on SIGTERM, liveness by the ttl alone (as on
+object stores); then, with the directory's process lock, a kill -9 noticed
+at once. The children are `owner_child`."""
 
 from __future__ import annotations
 
@@ -16,17 +18,25 @@ import pytest
 
 from durable.store.log.format import LOG_PREFIX, decode_log
 from durable.store.objects import LocalObjectStore
+from durable.store.objects.base import Guarantee
 
 CHILD = str(Path(__file__).with_name("owner_child.py"))
-TTL, HB = 1.0, 0.2
+TTL, HB = 2.0, 0.3
 SLACK = 1.5  # process scheduling on a busy 2-core machine
 pytestmark = pytest.mark.slow
 
 
 class Child:
-    def __init__(self, directory: Path) -> None:
+    def __init__(self, directory: Path, *, lock: bool = False, ttl: float = TTL) -> None:
         self.proc = subprocess.Popen(
-            [sys.executable, CHILD, str(directory), str(TTL), str(HB)],
+            [
+                sys.executable,
+                CHILD,
+                str(directory),
+                str(ttl),
+                str(HB),
+                *([] if lock else ["nolock"]),
+            ],
             stdout=subprocess.PIPE,
             text=True,
         )
@@ -113,3 +123,33 @@ def test_kill_9_sigstop_and_sigterm_hand_the_store_over(tmp_path: Path) -> None:
         if marker:
             seen.append(writer.hex())
         assert writer.hex() == seen[-1], "an object of a fenced writer after a newer marker"
+
+
+def test_on_a_local_dir_a_killed_owner_is_replaced_at_once_through_the_lock(
+    tmp_path: Path,
+) -> None:
+    if getattr(Guarantee, "PROCESS_LOCK", None) not in LocalObjectStore(tmp_path).guarantees:
+        pytest.skip("needs LocalObjectStore.try_lock (issue 14 part A)")
+    store = tmp_path / "store"
+    a = Child(store, lock=True, ttl=10 * TTL)  # the ttl is long: only the lock can be this quick
+    b: Child | None = None
+    c: Child | None = None
+    try:
+        a.expect("owner")
+        b = Child(store, lock=True, ttl=10 * TTL)
+        b.expect("standby")
+        a.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        b.expect("owner")
+        assert time.monotonic() - killed <= HB + SLACK
+        b.signal(signal.SIGKILL)
+        killed = time.monotonic()
+        c = Child(
+            store, lock=True, ttl=10 * TTL
+        )  # a new process after a crash: no ttl to wait either
+        c.expect("owner")
+        assert time.monotonic() - killed <= SLACK
+    finally:
+        for child in (a, b, c):
+            if child is not None:
+                child.reap()
