@@ -8,11 +8,12 @@ from collections.abc import Callable
 import pytest
 
 from durable.errors import ObjectNotFound, StoreClosed
-from durable.store.log import LogOptions, LogReader, LogWriter, State, WriteBatch
+from durable.store.log import Follower, LogOptions, LogReader, LogWriter, State, WriteBatch
 from durable.store.log.format import CKPT_PREFIX, LOG_PREFIX, log_name
-from durable.store.objects import FaultyObjectStore, MemoryObjectStore
+from durable.store.objects import FaultyObjectStore, MemoryObjectStore, open_object_store
 from durable.store.objects.base import ObjectStore
 from durable.store.queue import Queue, QueueReader
+from durable.testing.cloud import StoreLocation
 
 Factory = Callable[[], ObjectStore]
 
@@ -257,3 +258,31 @@ def test_list_every_must_be_a_positive_int() -> None:
     for bad in (0, -1, True, 1.5):
         with pytest.raises(ValueError, match="list_every"):
             LogReader(MemoryObjectStore(), State(), 0, list_every=bad)  # type: ignore[arg-type]
+
+
+async def test_the_tail_and_a_follower_on_every_backend(location: StoreLocation) -> None:
+    objects = await open_object_store(location.url, location.options)
+    w = await LogWriter.open(objects, LogOptions(checkpoint_max_objects=3))
+    view = await open_object_store(location.url, location.options)
+    reader = await LogReader.open(view, list_every=2)
+    follower = Follower(reader, busy=0.01, idle=0.05)
+    try:
+        follower.start()
+        watch = reader.watchers.watch(b"k")
+        for i in range(8):  # checkpoints trim the log behind the reader now and then
+            await w.commit(WriteBatch().put(b"k", b"%d" % i))
+        await asyncio.wait_for(watch, 30)
+        while reader.state.get(b"k") != b"7":
+            await asyncio.wait_for(follower.refreshed(), 30)
+        await w.close()  # a final checkpoint trims every log object
+        w = await LogWriter.open(objects)  # an open marker after the trim
+        await w.commit(WriteBatch().put(b"k", b"8"))
+        await w.close()
+        assert await reader.refresh() == w.seq
+        assert reader.state.get(b"k") == b"8"
+    finally:
+        await follower.stop()
+        reader.close()
+        await w.close()
+        await view.close()
+        await objects.close()
