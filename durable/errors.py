@@ -20,6 +20,7 @@ DurableError
 │   ├── StoreNotFound                the bucket or container does not exist (also LookupError)
 │   ├── InvalidStoreUrl              not a store URL, or an unknown scheme (also ValueError)
 │   ├── Fenced                       another writer opened the store
+│   │   └── SelfFenced               the writer stopped itself (it may no longer own the store)
 │   ├── StoreClosed                  the store was closed or has failed
 │   ├── BlobMissing                  a value's blob object is gone
 │   └── ReadOnlyStore                a write through a read-only view
@@ -131,6 +132,7 @@ __all__ = [
     "RunCancelled",
     "RunNotFound",
     "RunStalled",
+    "SelfFenced",
     "SignalWaiterExists",
     "StepMaybeExecutedError",
     "StoreClosed",
@@ -300,6 +302,29 @@ class Fenced(StoreError):
         )
         self.url = url
         self.seq = seq
+
+
+class SelfFenced(Fenced):
+    """The writer stopped itself: it can no longer be sure it owns the store.
+
+    Raised by a commit made while the writer's validity check
+    (`LogWriter.set_validity`) gave a reason, e.g. an owner whose heartbeat
+    could not be renewed for most of its TTL; nothing of that commit, or of
+    any later one, is applied. Like `Fenced`: reopen (or take ownership
+    again) to continue. ``reason`` is the check's text; ``seq`` is the
+    writer's last durable log sequence number (no other writer's object was
+    seen).
+    """
+
+    def __init__(self, url: str, reason: str, seq: int = 0) -> None:
+        StoreError.__init__(
+            self,
+            f"store {url!r}: this writer stopped itself ({reason}); it commits nothing "
+            "more: reopen the store (or take ownership again) to continue",
+        )
+        self.url = url
+        self.seq = seq
+        self.reason = reason
 
 
 class StoreClosed(StoreError):

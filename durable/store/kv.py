@@ -23,7 +23,8 @@ Guarantees (the spec's section 1.20):
   `ReservedKey`. Reading them is allowed. `KvNamespace.internal` returns a
   view without the check, for those layers.
 - Over a `LogReader` the namespace is read-only: every write raises
-  `ReadOnlyStore`.
+  `ReadOnlyStore`. `KvNamespace.watch` works there too, fired by the
+  reader's refreshes.
 """
 
 from __future__ import annotations
@@ -318,15 +319,15 @@ class KvNamespace:
         ``await`` in between, and no write can slip through unseen. The
         future fails with the writer's error if that commit never becomes
         durable, or when the store closes. Call `unwatch` when you stop
-        waiting. Raises `ReadOnlyStore` over a `LogReader`.
+        waiting. Over a `LogReader` the future resolves when a refresh
+        applies such a commit (or a checkpoint reload changes ``key``), and
+        fails with `StoreClosed` when the reader closes.
         """
-        writer = self._require_writer("watch a KV key")
-        return writer.watchers.watch(user_key(_check_bytes(key, "key")))
+        return self._source.watchers.watch(user_key(_check_bytes(key, "key")))
 
     def unwatch(self, key: bytes, fut: asyncio.Future[None]) -> None:
         """Withdraw a `watch` (a no-op once it fired)."""
-        writer = self._require_writer("watch a KV key")
-        writer.watchers.unwatch(user_key(_check_bytes(key, "key")), fut)
+        self._source.watchers.unwatch(user_key(_check_bytes(key, "key")), fut)
 
     # ---------------------------------------------------------------- writes
 

@@ -69,6 +69,27 @@ class ObjectStoreConformance:
         assert isinstance(store.guarantees, frozenset)
         assert all(isinstance(g, Guarantee) for g in store.guarantees)
 
+    async def test_try_lock_is_exclusive_where_the_backend_has_locks(
+        self, store: ObjectStore
+    ) -> None:
+        """`try_lock` gives None on a backend without `Guarantee.PROCESS_LOCK`;
+        with it, a held lock refuses a second try until it is released."""
+        lock = await store.try_lock("locks/one")
+        if Guarantee.PROCESS_LOCK not in store.guarantees:
+            assert lock is None
+            return
+        assert lock is not None
+        assert lock.held
+        assert await store.try_lock("locks/one") is None
+        other = await store.try_lock("locks/two")
+        assert other is not None
+        lock.release()
+        assert not lock.held
+        again = await store.try_lock("locks/one")
+        assert again is not None
+        again.release()
+        other.release()
+
     # ----------------------------------------------------------------- get
 
     async def test_get_missing_raises_not_found(self, store: ObjectStore) -> None:

@@ -34,7 +34,9 @@ def test_describes_itself(tmp_path: Path) -> None:
         Guarantee.ATOMIC_CREATE,
         Guarantee.DURABLE_WRITE,
         Guarantee.SHARED,
+        Guarantee.PROCESS_LOCK,
     }
+    assert store.is_local
     assert "LocalObjectStore" in repr(store)
 
 

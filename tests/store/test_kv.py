@@ -393,8 +393,6 @@ async def test_a_namespace_over_a_reader_is_read_only(
         ro.commit(WriteBatch())
     with pytest.raises(ReadOnlyStore):
         await ro.internal().put(b"k", b"w")
-    with pytest.raises(ReadOnlyStore):
-        ro.watch(b"k")
     assert kv.get(b"k") == b"v"
 
 

@@ -2,6 +2,7 @@
 
 from durable.store.log.batch import WriteBatch
 from durable.store.log.blobs import BlobStore
+from durable.store.log.follow import Follower
 from durable.store.log.reader import LogReader
 from durable.store.log.state import State, prefix_end
 from durable.store.log.watch import KeyWatchers
@@ -10,6 +11,7 @@ from durable.store.log.writer import Durable, LogOptions, LogStats, LogWriter
 __all__ = [
     "BlobStore",
     "Durable",
+    "Follower",
     "KeyWatchers",
     "LogOptions",
     "LogReader",

@@ -1,19 +1,22 @@
 """Waiting for a key to be written: `KeyWatchers`.
 
-A watcher registers a key and gets a future. A commit that puts or deletes
-that key resolves the future once it is *durable* (with the writer's
-failure, should the commit never become durable). Registering is
-synchronous, so a caller that reads the state and then registers, with no
-``await`` in between, cannot miss a write. Once the writer has stopped
-(fenced, failed or closed), every watcher fails with its error, and so does
-every watch registered later, at once.
+A watcher registers a key and gets a future. On a writer, a commit that
+puts or deletes that key resolves the future once it is *durable* (with the
+writer's failure, should the commit never become durable). On a read-only
+reader, the refresh that applies a log object writing the key (or a
+checkpoint reload that changes it) resolves it at once: what a reader
+applies is durable already. Registering is synchronous, so a caller that
+reads the state and then registers, with no ``await`` in between, cannot
+miss a write. Once the writer has stopped (fenced, failed or closed), or the
+reader has closed, every watcher fails with its error, and so does every
+watch registered later, at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -66,6 +69,24 @@ class KeyWatchers:
                 hits.extend(futs)
         if hits:
             durable.add_done_callback(lambda: _resolve(hits, durable))
+
+    def applied(self, ops: Sequence[bytes | None]) -> None:
+        """Durable ``ops`` (key, value pairs) were applied: fire their keys' watchers now."""
+        if self._by_key:
+            self.written(ops[0::2])  # type: ignore[arg-type]  # keys are never None
+
+    def written(self, keys: Iterable[bytes]) -> None:
+        """``keys`` changed durably: fire their watchers now."""
+        for key in keys:
+            futs = self._by_key.pop(key, None)
+            if futs:
+                for fut in futs:
+                    if not fut.done():
+                        fut.set_result(None)
+
+    def watched(self) -> list[bytes]:
+        """The keys someone watches now."""
+        return list(self._by_key)
 
     def fail_all(self, error: BaseException) -> None:
         """Fail every watcher (the store is closing)."""

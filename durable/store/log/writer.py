@@ -38,6 +38,7 @@ from durable.errors import (
     ObjectExists,
     ObjectNotFound,
     ObjectStoreError,
+    SelfFenced,
     StoreClosed,
     StoreError,
     UnsupportedFormat,
@@ -230,6 +231,7 @@ class LogWriter:
         self._bg: set[asyncio.Task[None]] = set()
         self._flusher: asyncio.Task[None] | None = None
         self._stop_callbacks: list[Callable[[StoreError], object]] = []
+        self._validity: Callable[[], str | None] | None = None
         #: Waiters for a commit that writes a given key to be durable.
         self.watchers = KeyWatchers()
 
@@ -305,6 +307,30 @@ class LogWriter:
         closed), after every pending commit and key watcher has failed."""
         self._stop_callbacks.append(fn)
 
+    def set_validity(self, check: Callable[[], str | None] | None) -> None:
+        """Make every later `commit` (lazy ones too) call ``check()`` first.
+
+        ``check`` must be cheap and synchronous (it runs once per commit, on
+        the hot path). While it returns None the commit proceeds; a reason
+        (a str) stops the writer with `SelfFenced` naming it, as `stop`
+        does, and the commit raises it with nothing applied. An owner that
+        can no longer be sure it still owns the store (its heartbeat is too
+        old) so commits nothing more. None removes the check.
+        """
+        self._validity = check
+
+    def stop(self, error: StoreError) -> None:
+        """Stop the writer now with ``error`` (e.g. `SelfFenced`), as fencing does.
+
+        The open group (commits not yet being written) and every key watcher
+        and stop callback fail with ``error``; so does every later commit.
+        A log write already in flight finishes: its commits resolve with
+        what the store answered (it may have landed). A no-op once the
+        writer has stopped.
+        """
+        if self._failure is None:
+            self._fail(error, [])
+
     async def check_fenced(self) -> bool:
         """Whether another writer has opened the store since this one last
         wrote; if so, stop with `Fenced` as a write would have.
@@ -346,10 +372,18 @@ class LogWriter:
         next one (an awaited commit's, `flush`, or `close`), for transitions
         that recovery redoes anyway, such as claims. Raises the writer's
         failure (`Fenced`, `StoreClosed`) at once if it has stopped; nothing
-        is applied then.
+        is applied then. With a validity check set (`set_validity`), a
+        commit made while it gives a reason stops the writer with
+        `SelfFenced` and raises it, applying nothing.
         """
         if self._failure is not None:
             raise self._failure
+        if self._validity is not None:
+            reason = self._validity()
+            if reason is not None:
+                failure = SelfFenced(self.objects.url, reason, self._seq)
+                self.stop(failure)
+                raise failure
         if self._closing:
             raise StoreClosed(self.objects.url, "closing")
         ops = batch.ops
@@ -445,7 +479,16 @@ class LogWriter:
         self._fail(failure, [g], quiet=isinstance(e, asyncio.CancelledError))
 
     def _fail(self, failure: StoreError, groups: list[_Group], *, quiet: bool = False) -> None:
-        """Stop: fail ``groups``, the open group and every waiter with ``failure``."""
+        """Stop: fail ``groups``, the open group and every waiter with ``failure``.
+
+        Once stopped (`stop`, then an in-flight write failed), only the
+        groups are failed: the first failure stays the writer's.
+        """
+        if self._failure is not None:
+            for grp in (*groups, self._open):
+                if not grp.future.done():
+                    grp.future.set_exception(failure)
+            return
         self._failure = failure
         if quiet:  # the loop is shutting down
             log.debug("writer stopped", url=self.objects.url, error=str(failure))

@@ -1,6 +1,6 @@
 """Object-store adapters: the only code that talks to a storage backend."""
 
-from durable.store.objects.base import Guarantee, ObjectStore
+from durable.store.objects.base import Guarantee, ObjectLock, ObjectStore
 from durable.store.objects.faults import FaultyObjectStore, SimulatedCrash
 from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
@@ -13,6 +13,7 @@ __all__ = [
     "Guarantee",
     "LocalObjectStore",
     "MemoryObjectStore",
+    "ObjectLock",
     "ObjectStore",
     "SimulatedCrash",
     "open_object_store",

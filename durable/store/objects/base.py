@@ -16,6 +16,11 @@ Names are relative, ``/``-separated paths below the store's root
   loser gets `ObjectExists` and the stored bytes stay the winner's.
 - `list`: every name under a prefix, sorted byte-wise ascending.
 - `delete`: remove names; missing names are not an error.
+
+Optional, with defaults here: `ObjectStore.try_lock` (an exclusive lock
+the backend releases when its holder's process dies; None where the backend
+has none) and `ObjectStore.is_local` (whether a request is cheap enough to
+poll every few milliseconds).
 """
 
 from __future__ import annotations
@@ -24,7 +29,7 @@ import enum
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 
-__all__ = ["Guarantee", "ObjectStore"]
+__all__ = ["Guarantee", "ObjectLock", "ObjectStore"]
 
 
 class Guarantee(enum.Enum):
@@ -36,6 +41,31 @@ class Guarantee(enum.Enum):
     DURABLE_WRITE = "durable writes"
     #: Several processes see the same objects.
     SHARED = "shared between processes"
+    #: `ObjectStore.try_lock` gives locks that exclude every other holder
+    #: and are released when the holding process dies (kill -9 included).
+    PROCESS_LOCK = "locks released when their process dies"
+
+
+class ObjectLock(ABC):
+    """An exclusive lock on a name of a store, from `ObjectStore.try_lock`.
+
+    Held until `release` (or the store's `close`), or until the process
+    dies, whatever kills it: the backend then releases it at once.
+    """
+
+    @property
+    @abstractmethod
+    def name(self) -> str:
+        """The name locked."""
+
+    @property
+    @abstractmethod
+    def held(self) -> bool:
+        """True until `release` (or the store's close)."""
+
+    @abstractmethod
+    def release(self) -> None:
+        """Release the lock now; a no-op once released."""
 
 
 class ObjectStore(ABC):
@@ -68,6 +98,24 @@ class ObjectStore(ABC):
     @abstractmethod
     async def delete(self, names: Iterable[str]) -> None:
         """Delete ``names``; names already absent are skipped."""
+
+    @property
+    def is_local(self) -> bool:
+        """True when a request costs no network round trip and no money (a
+        local directory, process memory): pollers may then poll every few
+        milliseconds; elsewhere they back off (`durable.store.log.follow`)."""
+        return False
+
+    async def try_lock(self, name: str) -> ObjectLock | None:
+        """Take the exclusive lock ``name`` without waiting.
+
+        The lock, or None: held by another holder, or (the default) the
+        backend has no such locks; backends that have them list
+        `Guarantee.PROCESS_LOCK` in `guarantees`. A lock is released by
+        `ObjectLock.release`, by `close`, and by the death of the process
+        that holds it.
+        """
+        return None
 
     async def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections and threads; the default holds none."""

@@ -12,6 +12,11 @@ For tests and benchmarks. It delegates to an inner store and can:
   (`FaultyObjectStore.crash_after_writes`), as if the process had died;
 - count calls per operation and bytes written.
 
+`try_lock` is the inner store's; a crash releases every lock taken through
+the wrapper, as the kernel does for a process that dies. `is_local` is the
+inner store's while no latency is injected (with latency the store behaves
+as a remote one).
+
 Scripted faults of one operation fire in the order they were scripted.
 """
 
@@ -24,7 +29,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from durable.errors import ObjectStoreError, ObjectStoreTimeout
-from durable.store.objects.base import ObjectStore
+from durable.store.objects.base import ObjectLock, ObjectStore
 
 __all__ = ["FaultyObjectStore", "SimulatedCrash"]
 
@@ -78,6 +83,7 @@ class FaultyObjectStore(ObjectStore):
         }
         self._writes_left: int | None = None
         self._crashed = False
+        self._locks: list[ObjectLock] = []
 
     # ------------------------------------------------------------ scripting
 
@@ -114,7 +120,9 @@ class FaultyObjectStore(ObjectStore):
         if n < 0:
             raise ValueError(f"crash_after_writes needs n >= 0, got {n}")
         self._writes_left = n
-        self._crashed = n == 0
+        self._crashed = False
+        if n == 0:
+            self._crash()
 
     @property
     def crashed(self) -> bool:
@@ -154,10 +162,17 @@ class FaultyObjectStore(ObjectStore):
             self.bytes_written += size
             if self._writes_left is not None:
                 self._writes_left -= 1
-                self._crashed = self._writes_left <= 0
+                if self._writes_left <= 0:
+                    self._crash()
         if fault is not None:
             raise ObjectStoreTimeout(f"injected {op} timeout on {name!r} (applied)", name=name)
         return result
+
+    def _crash(self) -> None:
+        self._crashed = True
+        for lock in self._locks:  # the kernel releases a dead process's locks
+            lock.release()
+        self._locks.clear()
 
     def _check_alive(self) -> None:
         if self._crashed:
@@ -169,6 +184,11 @@ class FaultyObjectStore(ObjectStore):
     def url(self) -> str:
         """The inner store's URL."""
         return self.inner.url
+
+    @property
+    def is_local(self) -> bool:
+        """The inner store's, unless latency is injected (then False)."""
+        return self.inner.is_local and self.latency <= 0
 
     def __repr__(self) -> str:
         return f"FaultyObjectStore({self.inner!r}, latency={self.latency})"
@@ -196,6 +216,15 @@ class FaultyObjectStore(ObjectStore):
         doomed = [*names]
         first = doomed[0] if doomed else ""
         await self._call("delete", first, 0, lambda: self.inner.delete(doomed))
+
+    async def try_lock(self, name: str) -> ObjectLock | None:
+        """The inner `try_lock` (`SimulatedCrash` once crashed)."""
+        self._check_alive()
+        lock = await self.inner.try_lock(name)
+        if lock is not None:
+            self._locks = [held for held in self._locks if held.held]
+            self._locks.append(lock)
+        return lock
 
     async def close(self) -> None:
         """Close the inner store, unless the simulated process has died."""

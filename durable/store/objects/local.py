@@ -22,6 +22,17 @@ still finishes its file operations in the thread.
 
 Unlike a bucket, a directory cannot hold both ``"a"`` and ``"a/b"``: such a
 write fails with `ObjectStoreError`. Directories emptied by `delete` stay.
+
+`try_lock` takes ``fcntl.flock(LOCK_EX | LOCK_NB)`` on the file
+``<root>/<name>`` (made empty if absent, so it also reads as an empty
+object) and keeps it open until the lock is released or the store closed.
+The kernel releases it when the process dies, kill -9 included. The lock
+belongs to the open file: a second `try_lock` of the name, through this
+store or another one on the same directory, in this process or another,
+gets None while it is held. A child made by ``fork`` closes its copy of
+the file at once, so a lock never outlives its holder in a child. On one
+host only: across machines on a network filesystem it depends on the
+server's lock support. Never delete a lock's name while it is held.
 """
 
 from __future__ import annotations
@@ -30,13 +41,15 @@ import asyncio
 import builtins
 import contextlib
 import errno
+import fcntl
 import os
 import secrets
+import weakref
 from collections.abc import Iterable
 from pathlib import Path
 
 from durable.errors import ObjectExists, ObjectNotFound, ObjectStoreError
-from durable.store.objects.base import Guarantee, ObjectStore
+from durable.store.objects.base import Guarantee, ObjectLock, ObjectStore
 
 __all__ = ["LocalObjectStore"]
 
@@ -59,10 +72,18 @@ class LocalObjectStore(ObjectStore):
     `create` is atomic against every process that shares the directory.
     """
 
-    guarantees = frozenset({Guarantee.ATOMIC_CREATE, Guarantee.DURABLE_WRITE, Guarantee.SHARED})
+    guarantees = frozenset(
+        {
+            Guarantee.ATOMIC_CREATE,
+            Guarantee.DURABLE_WRITE,
+            Guarantee.SHARED,
+            Guarantee.PROCESS_LOCK,
+        }
+    )
 
     def __init__(self, root: str | os.PathLike[str]) -> None:
         self._root = os.path.abspath(os.fspath(root))
+        self._locks: set[_FileLock] = set()
 
     @property
     def url(self) -> str:
@@ -73,6 +94,11 @@ class LocalObjectStore(ObjectStore):
     def root(self) -> str:
         """The absolute path of the root directory."""
         return self._root
+
+    @property
+    def is_local(self) -> bool:
+        """True: a request is a system call or two."""
+        return True
 
     def __repr__(self) -> str:
         return f"LocalObjectStore({self._root!r})"
@@ -111,7 +137,38 @@ class LocalObjectStore(ObjectStore):
         if paths:
             await asyncio.to_thread(self._delete, paths)
 
+    async def try_lock(self, name: str) -> ObjectLock | None:
+        """``flock`` the file ``<root>/<name>``; None while another holds it."""
+        path = self._path(name)
+        fd = await asyncio.to_thread(self._lock, name, path)
+        if fd is None:
+            return None
+        lock = _FileLock(self, name, fd)
+        self._locks.add(lock)
+        return lock
+
+    async def close(self) -> None:
+        """Release every lock this store handed out."""
+        for lock in list(self._locks):
+            lock.release()
+
     # ------------------------------------------------------- thread bodies
+
+    def _lock(self, name: str, path: str) -> int | None:
+        try:
+            _makedirs(os.path.dirname(path))
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        except OSError as exc:
+            raise self._error("lock", name, exc) from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError as exc:
+            os.close(fd)
+            raise self._error("lock", name, exc) from exc
+        return fd
 
     def _get(self, name: str, path: str) -> bytes:
         try:
@@ -207,6 +264,64 @@ class LocalObjectStore(ObjectStore):
         if exc.errno in _PERMANENT:
             err.transient = False  # fix the permissions or the mount, then open again
         return err
+
+
+class _FileLock(ObjectLock):
+    """An ``flock`` held on an open file of a `LocalObjectStore`."""
+
+    def __init__(self, store: LocalObjectStore, name: str, fd: int) -> None:
+        self._store = store
+        self._name = name
+        self._fd: int | None = fd
+        _HELD.add(self)
+
+    @property
+    def name(self) -> str:
+        """The name locked."""
+        return self._name
+
+    @property
+    def held(self) -> bool:
+        """True until released."""
+        return self._fd is not None
+
+    def release(self) -> None:
+        """Unlock and close the file; a no-op once released."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        self._store._locks.discard(self)
+        _HELD.discard(self)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _forget(self) -> None:
+        """In a forked child: close the inherited file without unlocking."""
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def __repr__(self) -> str:
+        state = "held" if self.held else "released"
+        return f"<lock {self._name!r} of {self._store!r}, {state}>"
+
+
+#: Every lock held in this process, for `_forget_in_child`.
+_HELD: weakref.WeakSet[_FileLock] = weakref.WeakSet()
+
+
+def _forget_in_child() -> None:
+    # The child shares the parent's open files: closing its copies leaves the
+    # parent's locks held, and a lock no longer outlives its holder in a child.
+    for lock in list(_HELD):
+        lock._forget()
+    _HELD.clear()
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _check_segments(name: str, segments: list[str], what: str = "object name") -> None:

@@ -73,6 +73,11 @@ class MemoryObjectStore(ObjectStore):
         """``memory://<name>`` for a named store, ``memory://<id>`` otherwise."""
         return self._url
 
+    @property
+    def is_local(self) -> bool:
+        """True: a request costs a turn of the event loop."""
+        return True
+
     def __repr__(self) -> str:
         return f"MemoryObjectStore(url={self._url!r})"
 

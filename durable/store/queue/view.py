@@ -278,7 +278,9 @@ class QueueReader(QueueView):
         return reader
 
     async def close(self) -> None:
-        """Release the object store if this reader opened it from a URL."""
+        """Close the reader (its KV watches fail with `StoreClosed`) and release
+        the object store if this reader opened it from a URL."""
+        self.reader.close()
         if self._owned_objects is not None:
             await self._owned_objects.close()
             self._owned_objects = None

@@ -1,0 +1,227 @@
+"""`Follower`: keeps a `LogReader` caught up, in the background.
+
+A task polls the reader (`LogReader.poll`, the cheap GET tail) every
+``busy`` seconds while something happens: the last poll found new commits,
+someone called `Follower.wake`, or someone holds `Follower.keep_busy`.
+After a poll that finds nothing new, the interval grows by ``backoff`` up to
+``idle``. The defaults depend on the backend (`ObjectStore.is_local`):
+
+| backend | busy | idle | idle requests per second |
+|---|---|---|---|
+| local directory, memory | 2 ms | 2 ms (no back-off) | ~500 GETs, 50 LISTs of ``ckpt/`` |
+| object stores | 0.2 s | 5 s | 0.2 GETs, a LIST of ``ckpt/`` every 50 s |
+
+(A GET of a missing file is one failed ``open``; the LIST, one ``scandir``
+of ``ckpt/``: one LIST per `LogReader.list_every` empty polls.)
+
+The interval runs on the event loop's time, not on an injected `Clock`: it
+is I/O pacing, like the log's write retries, so tests on a `MockClock` see
+commits without advancing it.
+
+A poll that fails (after the reader's own retries of transient errors) is
+logged and tried again after a delay that doubles from ``busy`` up to
+``max(idle, 5 s)``; it never ends the loop. Stopping the follower fails
+nothing: the reader's watchers stay registered, and a later poll (the
+follower started again, or a `LogReader.refresh`) resolves them. Only a
+closed reader ends the loop, failing the `Follower.refreshed` waiters with
+`StoreClosed`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import Iterator
+
+from durable._logging import get_logger
+from durable.errors import StoreClosed
+from durable.store.clock import Clock
+from durable.store.log.reader import LogReader
+from durable.store.objects.base import ObjectStore
+
+__all__ = ["Follower", "default_pacing"]
+
+log = get_logger("durable.store.log")
+
+#: Poll interval while busy on a local directory or in memory (and idle too).
+LOCAL_BUSY = 0.002
+#: Poll interval while busy on an object store.
+REMOTE_BUSY = 0.2
+#: Poll interval once idle on an object store.
+REMOTE_IDLE = 5.0
+#: Failed polls back off up to ``max(idle, this)`` seconds.
+MAX_ERROR_DELAY = 5.0
+
+
+def default_pacing(objects: ObjectStore) -> tuple[float, float]:
+    """``(busy, idle)`` poll intervals for ``objects``, by `ObjectStore.is_local`."""
+    if objects.is_local:
+        return LOCAL_BUSY, LOCAL_BUSY
+    return REMOTE_BUSY, REMOTE_IDLE
+
+
+def _seconds(value: object, what: str) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not value > 0:
+        raise ValueError(f"Follower {what} must be a number of seconds > 0, got {value!r}")
+    if not math.isfinite(value):
+        raise ValueError(f"Follower {what} must be finite, got {value!r}")
+    return float(value)
+
+
+class Follower:
+    """Polls ``reader`` in the background; see the module docstring.
+
+    ``busy`` and ``idle`` default by backend (`default_pacing`); ``idle``
+    must be at least ``busy``, and ``backoff`` (the factor the interval
+    grows by per empty poll) at least 1. ``clock``, if given, stamps
+    `last_refresh_ms`; it does not pace the polls.
+    """
+
+    def __init__(
+        self,
+        reader: LogReader,
+        clock: Clock | None = None,
+        *,
+        busy: float | None = None,
+        idle: float | None = None,
+        backoff: float = 2.0,
+    ) -> None:
+        default_busy, default_idle = default_pacing(reader.objects)
+        self.reader = reader
+        self.clock = clock
+        #: The poll interval while something happens (seconds).
+        self.busy = _seconds(default_busy if busy is None else busy, "busy")
+        #: The longest interval, reached after enough empty polls (seconds).
+        self.idle = _seconds(max(default_idle, self.busy) if idle is None else idle, "idle")
+        if self.idle < self.busy:
+            raise ValueError(f"Follower idle ({self.idle} s) must be >= busy ({self.busy} s)")
+        if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not backoff >= 1:
+            raise ValueError(f"Follower backoff must be a number >= 1, got {backoff!r}")
+        self.backoff = float(backoff)
+        #: Polls done, and polls that failed, since construction.
+        self.polls = 0
+        self.errors = 0
+        #: `clock`'s time when the last successful poll began (None: none yet,
+        #: or no clock given).
+        self.last_refresh_ms: int | None = None
+        self._interval = self.busy
+        self._holds = 0
+        self._wake = asyncio.Event()
+        self._next: list[asyncio.Future[None]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ API
+
+    @property
+    def running(self) -> bool:
+        """Whether the background task runs (started, not stopped, reader open)."""
+        return self._task is not None and not self._task.done()
+
+    @property
+    def interval(self) -> float:
+        """The seconds the follower waits after its last poll (unless woken)."""
+        return self._interval
+
+    def start(self) -> None:
+        """Start polling now (the first poll runs at once). Idempotent."""
+        if self.running:
+            return
+        self._task = asyncio.get_running_loop().create_task(
+            self._run(), name=f"durable-follow {self.reader.url}"
+        )
+
+    async def stop(self) -> None:
+        """Stop polling; fails nothing (see the module docstring). Idempotent."""
+        task, self._task = self._task, None
+        if task is not None and not task.done():
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    def wake(self) -> None:
+        """Poll as soon as the poll in progress (if any) is done, and at the
+        busy pace from then on until polls find nothing new again."""
+        self._interval = self.busy
+        self._wake.set()
+
+    @contextlib.contextmanager
+    def keep_busy(self) -> Iterator[None]:
+        """Poll at the busy pace while this is held (e.g. while a caller waits
+        on a watcher of the reader); entering it wakes the follower."""
+        self._holds += 1
+        self.wake()
+        try:
+            yield
+        finally:
+            self._holds -= 1
+
+    async def refreshed(self) -> None:
+        """Wait until a poll that begins after this call has completed.
+
+        Failed polls do not count: it waits for one that succeeds. It does
+        not wake the follower (call `wake` for that). A wait outlives `stop`
+        and completes after a later `start`; `StoreClosed` once the reader
+        is closed.
+        """
+        if self.reader.closed:
+            raise StoreClosed(self.reader.url)
+        fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._next.append(fut)
+        try:
+            await fut
+        finally:
+            if not fut.done():
+                with contextlib.suppress(ValueError):
+                    self._next.remove(fut)
+
+    # ------------------------------------------------------------- the loop
+
+    async def _run(self) -> None:
+        failures = 0
+        while True:
+            self._wake.clear()
+            waiters, self._next = self._next, []
+            before = self.reader.seq
+            started = self.clock.now_ms() if self.clock is not None else None
+            self.polls += 1
+            try:
+                await self.reader.poll()
+            except Exception as e:
+                self._next[:0] = waiters  # they wait for a poll that succeeds
+                if self.reader.closed:
+                    self._close(e)
+                    return
+                failures += 1
+                self.errors += 1
+                delay = min(self.busy * 2.0**failures, max(self.idle, MAX_ERROR_DELAY))
+                log.warning("view poll failed", url=self.reader.url, error=str(e), retry_in=delay)
+            else:
+                failures = 0
+                if started is not None:
+                    self.last_refresh_ms = started
+                if self.reader.seq != before or self._holds:
+                    self._interval = self.busy
+                else:
+                    self._interval = min(self._interval * self.backoff, self.idle)
+                delay = self._interval
+                for fut in waiters:
+                    if not fut.done():
+                        fut.set_result(None)
+            await self._sleep(delay)
+
+    async def _sleep(self, delay: float) -> None:
+        """Wait ``delay`` seconds of the loop's time, or until `wake`."""
+        if self._wake.is_set():
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(delay):
+                await self._wake.wait()
+
+    def _close(self, error: BaseException) -> None:
+        log.debug("follower stopped: reader closed", url=self.reader.url)
+        failure = error if isinstance(error, StoreClosed) else StoreClosed(self.reader.url)
+        waiters, self._next = self._next, []
+        for fut in waiters:
+            if not fut.done():
+                fut.set_exception(failure)
