@@ -117,6 +117,18 @@ class InboxPacing:
         if self.backoff < 1:
             raise InvalidArgument(f"backoff must be >= 1, got {self.backoff!r}")
 
+    def next_interval(self, previous: float, *, found: bool, failures: int = 0) -> float:
+        """The wait before the next pass, after one that waited ``previous``:
+        ``busy`` when the pass found requests (or a `InboxApplier.wake`
+        came), else ``previous * backoff`` up to ``idle``; after ``failures``
+        failed passes in a row, 0.05 s doubling up to 5 s (at least ``busy``)."""
+        if failures:
+            delay = _ERROR_DELAY * 2.0 ** min(failures - 1, 20)
+            return max(self.busy, min(delay, _ERROR_MAX))
+        if found:
+            return self.busy
+        return min(self.idle, previous * self.backoff)
+
 
 #: A local directory or memory: a LIST is cheap, every 2 ms.
 LOCAL_PACING = InboxPacing(busy=0.002, idle=0.002)
@@ -180,6 +192,12 @@ class InboxApplier:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
+    async def join(self) -> None:
+        """Wait until the loop has ended: by `stop`, or by itself once the
+        store's writer stopped (`Fenced`, `StoreClosed`)."""
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
     @property
     def running(self) -> bool:
         """True while the loop runs."""
@@ -214,15 +232,11 @@ class InboxApplier:
                 failures += 1
                 log.warning("inbox pass failed", error=str(e), failures=failures)
                 listed = 0
-            if failures:
-                interval = min(_ERROR_DELAY * 2 ** (failures - 1), _ERROR_MAX)
-            elif listed or self._woken.is_set():
-                interval = pacing.busy
-            else:
-                interval = min(pacing.idle, interval * pacing.backoff)
+            found = bool(listed) or self._woken.is_set()
+            interval = pacing.next_interval(interval, found=found, failures=failures)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), interval)
-            if self._woken.is_set() and not failures:
+            if self._woken.is_set():
                 interval = pacing.busy
 
     async def _pass(self) -> tuple[int, int]:
