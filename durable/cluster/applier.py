@@ -166,6 +166,7 @@ class InboxApplier:
         self._resolve = resolve
         self._clock = clock
         self._ids = IdGenerator(clock)
+        #: How often the loop lists the inbox (read before every wait).
         self.pacing = pacing if pacing is not None else default_pacing(objects)
         self._retention = retention
         self._retry = retry_seconds
@@ -216,8 +217,7 @@ class InboxApplier:
     # ----------------------------------------------------------------- loop
 
     async def _run(self) -> None:
-        pacing = self.pacing
-        interval = pacing.busy
+        interval = self.pacing.busy
         failures = 0
         while not self._stopping:
             self._woken.clear()
@@ -233,11 +233,11 @@ class InboxApplier:
                 log.warning("inbox pass failed", error=str(e), failures=failures)
                 listed = 0
             found = bool(listed) or self._woken.is_set()
-            interval = pacing.next_interval(interval, found=found, failures=failures)
+            interval = self.pacing.next_interval(interval, found=found, failures=failures)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._woken.wait(), interval)
             if self._woken.is_set():
-                interval = pacing.busy
+                interval = self.pacing.busy
 
     async def _pass(self) -> tuple[int, int]:
         """(objects listed, requests applied)."""

@@ -35,9 +35,6 @@ from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
 from durable.testing import capture_logs
 
-pytestmark = pytest.mark.usefixtures("clock")
-
-
 def writer(make_objects: Factory, clock: MockClock) -> InboxWriter:
     """A client's writer: another handle on the owner's store."""
     return InboxWriter(make_objects(), clock)
@@ -49,6 +46,7 @@ async def inbox(objects: ObjectStore) -> list[str]:
 
 
 def status_of(owner: Owner, run_id: str) -> object:
+    """The state of run ``run_id`` (it must be known)."""
     status = owner.runtime.status(run_id)
     assert status is not None, f"run {run_id!r} is unknown"
     return status.state
