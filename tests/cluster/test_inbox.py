@@ -35,6 +35,7 @@ from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
 from durable.testing import capture_logs
 
+
 def writer(make_objects: Factory, clock: MockClock) -> InboxWriter:
     """A client's writer: another handle on the owner's store."""
     return InboxWriter(make_objects(), clock)
