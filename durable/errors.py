@@ -14,6 +14,7 @@ DurableError
 │   │   ├── ObjectExists             a create-if-absent lost (permanent)
 │   │   └── ObjectStoreTimeout       (transient)
 │   ├── CorruptObject                checksum, framing or decoding failed
+│   ├── CorruptRequest               an inbox request object cannot be decoded
 │   ├── UnsupportedFormat            written by a newer format version
 │   ├── MissingGuarantee             backend cannot create-if-absent atomically
 │   ├── StoreNotInitialized          a reader found no store at the URL (transient)
@@ -90,6 +91,7 @@ __all__ = [
     "CorruptEngineRecord",
     "CorruptObject",
     "CorruptRecord",
+    "CorruptRequest",
     "DecoratorError",
     "DuplicateJobId",
     "DuplicateMemberKey",
@@ -223,6 +225,24 @@ class CorruptObject(StoreError):
         super().__init__(
             f"object {name!r} is corrupt: {reason}; restore it from a backup or "
             "remove the store's newer objects by hand after inspection"
+        )
+        self.name = name
+        self.reason = reason
+
+
+class CorruptRequest(StoreError):
+    """A request object in a store's inbox cannot be decoded.
+
+    ``name`` is the object's key (``inbox/...``). The owner that finds it
+    moves it to ``inbox-corrupt/`` and logs an error event naming the key;
+    the requests behind it are applied as usual. Nothing was applied for
+    this one: the process that wrote it may send it again.
+    """
+
+    def __init__(self, name: str, reason: str) -> None:
+        super().__init__(
+            f"inbox request {name!r} is corrupt: {reason}; it is not applied (the store's "
+            "owner moves it to inbox-corrupt/ for inspection): send the request again"
         )
         self.name = name
         self.reason = reason

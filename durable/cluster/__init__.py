@@ -1,8 +1,23 @@
-"""Many processes on one store: who owns it, and how the others reach the owner.
+"""Many processes on one store: who owns it, how the others reach the owner and read.
 
-The layer between the decorators and the engine (`durable.decorators` ->
-`durable.cluster` -> `durable.engine` -> `durable.store`). One concept per
-module: membership heartbeats and liveness (`durable.cluster.members`), the
-owner chain (`durable.cluster.chain`), who acquires (`durable.cluster.decide`)
-and the ownership state machine that drives them (`durable.cluster.owner`).
+One process at a time *owns* a store: it holds the store's log writer and
+runs its workflows. Worker processes heartbeat a member object and agree on
+the owner through a chain of create-if-absent versions
+(`durable.cluster.members`, `durable.cluster.chain`, `durable.cluster.decide`,
+driven by `durable.cluster.owner.Ownership`); a standby takes over when the
+owner dies or releases, and the log's own fencing keeps a stale owner
+harmless. Every other process reaches the owner through the store's
+*inbox*: it writes each request (submit a run, signal, cancel, clear a
+signal, mark a group) as a create-if-absent object under ``inbox/``
+(`durable.cluster.inbox.InboxWriter`), and the owner applies them
+idempotently, each in one transaction with a record that it was applied,
+and deletes them once that transaction is durable
+(`durable.cluster.applier.InboxApplier`). Non-owners read through the
+store's read-only view, which never fences the owner.
+
+Layering: this package sits between the decorators and the engine
+(`durable.decorators` -> `durable.cluster` -> `durable.engine` ->
+`durable.store`); it never imports `durable.decorators`.
 """
+
+__all__: list[str] = []

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypeVar
 
@@ -57,6 +57,7 @@ from durable.engine.runs import (
     SubmitOutcome,
     TerminalStatus,
 )
+from durable.engine.transitions import internal_effects
 from durable.errors import (
     DuplicateMemberKey,
     GroupMismatch,
@@ -462,12 +463,25 @@ class GroupRetention:
         #: Markers written before they were kept per queue (swept, never written).
         self._legacy = ExpiryIndex(kv, keys.GROUP_TERMINALS_PREFIX)
 
-    async def mark(self, group_id: str) -> bool:
+    async def mark(self, group_id: str, *, internal: Mapping[bytes, bytes] | None = None) -> bool:
         """Write the marker of ``group_id`` now; False (nothing written) without
-        a group retention."""
+        a group retention.
+
+        ``internal``: KV writes under the reserved ``workflow/`` prefix,
+        committed with the marker (alone without a group retention). Not
+        checked: never pass user keys.
+        """
+        fx = internal_effects(internal)
         if self._rt.options.group_retention is None:
+            if not fx.is_empty():
+                await self._rt.queue.commit_effects(fx)
             return False
-        await self._index.add(self._rt.clock.now_ms(), group_id.encode())
+        if fx.is_empty():
+            await self._index.add(self._rt.clock.now_ms(), group_id.encode())
+        else:
+            # The entry's key is built in the commit's synchronous section.
+            fx.kv_put(self._index.entry_key(self._rt.clock.now_ms(), group_id.encode()), b"")
+            await self._rt.queue.commit_effects(fx)
         return True
 
     async def sweep(self) -> int:

@@ -47,7 +47,7 @@ from durable.engine.runs import (
     validate_run_id,
 )
 from durable.engine.signals import SignalOutcome, Signals
-from durable.engine.transitions import first_step, terminate
+from durable.engine.transitions import first_step, internal_effects, terminate
 from durable.engine.view import WorkflowView
 from durable.engine.worker import StepWorker
 from durable.errors import (
@@ -252,8 +252,7 @@ class WorkflowRuntime:
                 run_at_ms=spec.options.run_at_ms(),
                 effects=spec.effects,
             )
-            for key, value in (internal or {}).items():
-                fx.kv_put(key, value)
+            internal_effects(internal, fx)
             result = await self.queue.enqueue_with_effects(
                 self.options.queue_name, spec.input, options, fx
             )
@@ -315,26 +314,37 @@ class WorkflowRuntime:
 
     # --------------------------------------------------------------- cancel
 
-    async def cancel(self, run_id: str) -> bool:
+    async def cancel(self, run_id: str, *, internal: Mapping[bytes, bytes] | None = None) -> bool:
         """Cancel an active run; False if it is unknown or already terminal.
 
         The request is recorded on the run record (it survives restarts);
         a queued step is removed and the run terminated before this returns;
         a running step is told through its cancellation token, and the
         worker terminates the run when it returns.
+
+        ``internal``: KV writes under the reserved ``workflow/`` prefix for
+        layers built on the runtime (the cluster's inbox records a request
+        so), committed exactly once: with the write that records the request
+        on the run record, or, when there is nothing to record (the run is
+        unknown or terminated, or a cancellation was already requested), in
+        a commit of their own made only while the run record is still the
+        one read. Not checked: never pass user keys.
         """
         validate_run_id(run_id)
         key = keys.run_key(run_id)
-        raw = self.queue.kv.get(key)
-        if raw is None:
-            return False
-        record = decode_run_record(raw, f"run record of {run_id!r}")
-        if not record.cancel_requested:
-            flagged = SettlementEffects().kv_put(
-                key, encode_run_record(record.with_cancel_requested())
-            )
-            if await self.queue.kv_compare_commit(key, raw, flagged) is None:
-                return await self.cancel(run_id)  # changed under us: look again
+        while True:
+            raw = self.queue.kv.get(key)
+            fx = internal_effects(internal)
+            if raw is None:
+                if fx.is_empty() or await self.queue.kv_compare_commit(key, None, fx) is not None:
+                    return False
+                continue  # submitted in between: look again
+            record = decode_run_record(raw, f"run record of {run_id!r}")
+            if not record.cancel_requested:
+                fx.kv_put(key, encode_run_record(record.with_cancel_requested()))
+            if fx.is_empty() or await self.queue.kv_compare_commit(key, raw, fx) is not None:
+                break
+            # changed under us: look again
         pointer = self.view.pointer(run_id)
         if pointer is None:
             return True  # terminated in between; the flag went with the record
@@ -361,20 +371,39 @@ class WorkflowRuntime:
 
     # -------------------------------------------------------------- signals
 
-    async def signal(self, correlation_key: str, payload: bytes) -> SignalOutcome:
+    async def signal(
+        self,
+        correlation_key: str,
+        payload: bytes,
+        *,
+        internal: Mapping[bytes, bytes] | None = None,
+    ) -> SignalOutcome:
         """Wake the run waiting on ``correlation_key`` with ``payload``, or buffer it.
 
         `SignalOutcome.DELIVERED`: a waiting run was woken; its next step
         sees ``payload`` as ``Step.signal`` (on every redelivery too).
         `SignalOutcome.BUFFERED`: no run waits; the signal is kept durably
         (replacing one buffered before) for the next run that waits on the
-        key. Durable when this returns. Bad input raises `InvalidArgument`.
-        """
-        return await self.signals.signal(correlation_key, payload)
+        key. Durable when this returns. Bad input raises `InvalidArgument`
+        (nothing written).
 
-    async def clear_signal(self, correlation_key: str) -> bool:
-        """Discard the signal buffered under ``correlation_key``; False if none was."""
-        return await self.signals.clear(correlation_key)
+        ``internal``: KV writes under the reserved ``workflow/`` prefix for
+        layers built on the runtime, committed with the signal's buffer
+        write (the commit that makes the signal durable). Not checked:
+        never pass user keys.
+        """
+        return await self.signals.signal_with(correlation_key, payload, internal_effects(internal))
+
+    async def clear_signal(
+        self, correlation_key: str, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> bool:
+        """Discard the signal buffered under ``correlation_key``; False if none was.
+
+        ``internal``: KV writes under the reserved ``workflow/`` prefix,
+        committed with the buffer's delete, or in a commit of their own
+        (while nothing is buffered) when there is nothing to discard.
+        """
+        return await self.signals.clear(correlation_key, internal=internal)
 
     # ------------------------------------------------------- memo retention
 

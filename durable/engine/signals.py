@@ -56,6 +56,7 @@ from typing import Any
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.runs import HEADER_SIGNAL_DELIVERED, HEADER_SIGNAL_WAIT
+from durable.engine.transitions import internal_effects
 from durable.errors import InvalidArgument, SignalWaiterExists
 from durable.store.keyspace import MAX_KV_VALUE_SIZE
 from durable.store.queue import JobRecord, JobStatus, Queue, SettlementEffects, WakeOutcome
@@ -160,15 +161,23 @@ class Signals:
             return None
         return await self._wake(key, payload)
 
-    async def clear(self, key: str) -> bool:
-        """Discard the signal buffered under ``key``; False if there was none."""
+    async def clear(self, key: str, *, internal: Mapping[bytes, bytes] | None = None) -> bool:
+        """Discard the signal buffered under ``key``; False if there was none.
+
+        ``internal`` (reserved KV puts) commits with the buffer's delete, or
+        alone while nothing is buffered when there is nothing to discard.
+        """
         key, _ = check_signal(key)
         buf = keys.signal_buffer_key(key)
-        kv = self.queue.kv
-        while (current := kv.get(buf)) is not None:
-            if await kv.compare_delete(buf, current):
-                return True
-        return False
+        while True:
+            current = self.queue.kv.get(buf)
+            fx = internal_effects(internal)
+            if current is not None:
+                fx.kv_delete(buf)
+            elif fx.is_empty():
+                return False
+            if await self.queue.kv_compare_commit(buf, current, fx) is not None:
+                return current is not None
 
     async def _wake(self, key: str, payload: bytes) -> SignalOutcome:
         """Step 2 of `signal`: wake the indexed waiter with ``payload``."""

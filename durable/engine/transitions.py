@@ -41,10 +41,23 @@ from durable.store.queue import EnqueueOptions, SettlementEffects
 __all__ = [
     "advance",
     "first_step",
+    "internal_effects",
     "step_headers",
     "terminate",
     "user_headers",
 ]
+
+
+def internal_effects(
+    internal: Mapping[bytes, bytes] | None, effects: SettlementEffects | None = None
+) -> SettlementEffects:
+    """``effects`` (new if None) plus the KV puts of ``internal``: the writes
+    under the reserved prefix that a layer built on the runtime commits with
+    one of its operations (not checked against the prefix: never user keys)."""
+    fx = effects if effects is not None else SettlementEffects()
+    for key, value in (internal or {}).items():
+        fx.kv_put(key, value)
+    return fx
 
 
 def user_headers(headers: Mapping[str, str]) -> dict[str, str]:

@@ -29,6 +29,7 @@ class Kind(enum.IntEnum):
     BLOB = 3
     MEMO = 4
     REPLAY = 5
+    INBOX = 6
 
 
 def frame(kind: Kind, body: bytes, version: int = FORMAT_VERSION) -> bytes:

@@ -1,0 +1,82 @@
+"""What each inbox request does on the owner's runtime (`InboxApplier`).
+
+`apply_request` performs a request with its done record's writes committed
+in the transaction that performs the operation (the ``internal=`` of
+`WorkflowRuntime.submit_member`, `signal`, `cancel`, `clear_signal` and
+`GroupRetention.mark`). A submission the runtime answers without a write
+(the run is active: a duplicate, or `InputMismatch`) commits the done record
+alone, on the condition that the run record is still the one it checked, so
+no later termination of the run can slip between the check and the record.
+
+`follow_up` redoes, for a request found applied already, the part of the
+operation that runs after its commit and that a crash may have cut short.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from durable.cluster.requests import (
+    CancelRequest,
+    ClearSignalRequest,
+    GroupMarkRequest,
+    Request,
+    SignalRequest,
+    SubmitRequest,
+)
+from durable.engine import keys
+from durable.engine.records import decode_run_record
+from durable.engine.transitions import internal_effects
+from durable.errors import InputMismatch
+
+if TYPE_CHECKING:
+    from durable.engine.runtime import WorkflowRuntime
+
+__all__ = ["apply_request", "follow_up"]
+
+
+async def apply_request(rt: WorkflowRuntime, request: Request, done: dict[bytes, bytes]) -> None:
+    """Apply ``request`` on ``rt``, committing ``done`` with the operation."""
+    if isinstance(request, SubmitRequest):
+        await _submit(rt, request, done)
+    elif isinstance(request, SignalRequest):
+        await rt.signal(request.key, request.payload, internal=done)
+    elif isinstance(request, CancelRequest):
+        await rt.cancel(request.run_id, internal=done)
+    elif isinstance(request, ClearSignalRequest):
+        await rt.clear_signal(request.key, internal=done)
+    elif isinstance(request, GroupMarkRequest):
+        await rt.group_markers.mark(request.group_id, internal=done)
+    else:  # pragma: no cover - decode_request makes only the kinds above
+        raise TypeError(f"unknown request {request!r}")
+
+
+async def _submit(rt: WorkflowRuntime, request: SubmitRequest, done: dict[bytes, bytes]) -> None:
+    """Submit the run; a duplicate or a clash writes only ``done`` (with the
+    `InputMismatch` it raises), while the run record is still the one seen."""
+    spec = request.spec
+    key = keys.run_key(str(spec.run_id))
+    while True:
+        raw = rt.queue.kv.get(key)
+        if raw is None:
+            outcome = await rt.submit_member(
+                spec, request.member, internal={**request.internal, **done}
+            )
+            if not outcome.newly_submitted:  # a step 0 of the id is still queued
+                await rt.queue.commit_effects(internal_effects(done))
+            return
+        record = decode_run_record(raw, f"run record of {spec.run_id!r}")
+        if not record.matches_input(spec.input):
+            raise InputMismatch(record.run_id)  # recorded by the caller
+        if await rt.queue.kv_compare_commit(key, raw, internal_effects(done)) is not None:
+            return
+
+
+async def follow_up(rt: WorkflowRuntime, request: Request) -> None:
+    """Redo what a crash after an applied request's commit may have cut short."""
+    if isinstance(request, SignalRequest):
+        await rt.signals.wake_buffered(request.key)
+    elif isinstance(request, CancelRequest):
+        raw = rt.queue.kv.get(keys.run_key(request.run_id))
+        if raw is not None and decode_run_record(raw).cancel_requested:
+            await rt.cancel(request.run_id)

@@ -1,0 +1,315 @@
+"""The inbox's requests: what a process that does not own a store asks its owner to do.
+
+A request is one object under the store's ``inbox/`` prefix:
+
+- ``inbox/submit/<run_id>``: a `SubmitRequest`, one object per run id,
+  written create-if-absent, so two processes submitting the same run id at
+  once collapse to one object;
+- ``inbox/req/<ulid>``: every other kind (`SignalRequest`, `CancelRequest`,
+  `ClearSignalRequest`, `GroupMarkRequest`), named by a ULID from the
+  writer's monotonic generator, so one writer's requests sort in the order
+  it made them.
+
+The bytes are a frame (`durable.store.framing`, kind `Kind.INBOX`, with its
+checksum) around a MessagePack map: ``"v"`` (the format version), ``"kind"``,
+``"nonce"`` (16 random bytes that make each request instance unique: the
+owner's done record names it), ``"queue"`` (the runtime's queue) and the
+kind's fields. `decode_request` turns any bytes read from a request's
+object into a checked request or raises `CorruptRequest` naming the object;
+a request whose fields do not fit its kind, or whose name does not fit its
+content (a submit of another run id, a submit under ``req/``), is corrupt.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import msgpack
+
+from durable.engine._checks import check_bytes
+from durable.engine.records import GroupMembership
+from durable.engine.runs import RESERVED_KV_PREFIX, RunOptions, RunSpec, validate_run_id
+from durable.engine.signals import check_signal
+from durable.errors import CorruptObject, CorruptRequest, InvalidArgument, UnsupportedFormat
+from durable.store.framing import Kind, frame, unframe
+from durable.store.ids import validate_id
+from durable.store.keyspace import check_kv_value
+from durable.store.queue.options import validate_queue_name
+
+__all__ = [
+    "CORRUPT_PREFIX",
+    "INBOX_PREFIX",
+    "NONCE_SIZE",
+    "REQUEST_FORMAT_VERSION",
+    "REQ_PREFIX",
+    "SUBMIT_PREFIX",
+    "CancelRequest",
+    "ClearSignalRequest",
+    "GroupMarkRequest",
+    "Request",
+    "SignalRequest",
+    "SubmitRequest",
+    "decode_request",
+    "encode_request",
+    "submit_name",
+]
+
+#: Where requests wait for the owner.
+INBOX_PREFIX = "inbox/"
+#: Submissions, one object per run id: ``inbox/submit/<run_id>``.
+SUBMIT_PREFIX = INBOX_PREFIX + "submit/"
+#: Every other request: ``inbox/req/<ulid>``.
+REQ_PREFIX = INBOX_PREFIX + "req/"
+#: Where the owner moves objects it cannot decode (same name below it).
+CORRUPT_PREFIX = "inbox-corrupt/"
+#: The newest request format this code writes and reads.
+REQUEST_FORMAT_VERSION = 1
+#: Bytes of a request's nonce.
+NONCE_SIZE = 16
+
+
+def _check_nonce(nonce: object) -> bytes:
+    if not isinstance(nonce, bytes) or len(nonce) != NONCE_SIZE:
+        raise InvalidArgument(f"a request's nonce must be {NONCE_SIZE} bytes, got {nonce!r:.80}")
+    return nonce
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """What every request carries: the ``queue`` of the runtime that applies
+    it, and the ``nonce`` that makes this request instance unique."""
+
+    queue: str
+    nonce: bytes
+
+    def __post_init__(self) -> None:
+        validate_queue_name(self.queue)
+        _check_nonce(self.nonce)
+
+
+@dataclass(frozen=True, slots=True)
+class SubmitRequest(Request):
+    """Start run ``spec.run_id`` (`WorkflowRuntime.submit_member`).
+
+    ``spec`` has a run id and no effects; ``member`` names the run group the
+    run belongs to; ``internal`` holds KV puts under the reserved
+    ``workflow/`` prefix that commit with the run's first step.
+    """
+
+    spec: RunSpec
+    member: GroupMembership | None = None
+    internal: Mapping[bytes, bytes] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        if not isinstance(self.spec, RunSpec):
+            raise InvalidArgument(f"a submit request takes a RunSpec, got {self.spec!r}")
+        if self.spec.run_id is None:
+            raise InvalidArgument("a submit through the inbox needs a run id (RunSpec.run_id)")
+        if self.spec.effects is not None:
+            raise InvalidArgument(
+                f"run {self.spec.run_id!r}: RunSpec.effects cannot go through the inbox "
+                "(only the store's owner commits KV effects); submit without effects"
+            )
+        if self.member is not None and not isinstance(self.member, GroupMembership):
+            raise InvalidArgument(f"member must be a GroupMembership, got {self.member!r}")
+        if not isinstance(self.internal, Mapping):
+            raise InvalidArgument(f"internal must be a mapping, got {self.internal!r}")
+        internal = dict(self.internal)
+        for key, value in internal.items():
+            if not isinstance(key, bytes) or not key.startswith(RESERVED_KV_PREFIX):
+                raise InvalidArgument(
+                    f"internal KV keys must be bytes under {RESERVED_KV_PREFIX!r}, got {key!r}"
+                )
+            check_bytes(f"internal value of {key!r}", value)
+            check_kv_value(key, value)
+        object.__setattr__(self, "internal", internal)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRequest(Request):
+    """Signal ``key`` with ``payload`` (`WorkflowRuntime.signal`)."""
+
+    key: str
+    payload: bytes
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        check_signal(self.key, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class CancelRequest(Request):
+    """Cancel run ``run_id`` (`WorkflowRuntime.cancel`)."""
+
+    run_id: str
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        validate_run_id(self.run_id)
+
+
+@dataclass(frozen=True, slots=True)
+class ClearSignalRequest(Request):
+    """Discard the signal buffered under ``key`` (`WorkflowRuntime.clear_signal`)."""
+
+    key: str
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        check_signal(self.key)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupMarkRequest(Request):
+    """Write the group marker of ``group_id`` (`GroupRetention.mark`)."""
+
+    group_id: str
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        validate_id(self.group_id, "group id")
+
+
+def submit_name(run_id: str) -> str:
+    """The object name of the submission of ``run_id``."""
+    return SUBMIT_PREFIX + validate_run_id(run_id)
+
+
+# ------------------------------------------------------------------ encoding
+
+
+def encode_request(request: Request) -> bytes:
+    """The framed bytes of ``request``."""
+    m: dict[str, Any] = {"v": REQUEST_FORMAT_VERSION}
+    if isinstance(request, SubmitRequest):
+        spec, options = request.spec, request.spec.options
+        m.update(kind="submit", run_id=spec.run_id, input=spec.input)
+        if options.headers:
+            m["headers"] = dict(options.headers)
+        if options.priority is not None:
+            m["priority"] = options.priority
+        if options.max_attempts_per_step is not None:
+            m["max_attempts"] = options.max_attempts_per_step
+        if (run_at := options.run_at_ms()) is not None:
+            m["run_at_ms"] = run_at
+        if request.member is not None:
+            m["group_id"], m["member_key"] = request.member.group_id, request.member.key
+        if request.internal:
+            m["internal"] = [[k, v] for k, v in request.internal.items()]
+    elif isinstance(request, SignalRequest):
+        m.update(kind="signal", key=request.key, payload=request.payload)
+    elif isinstance(request, CancelRequest):
+        m.update(kind="cancel", run_id=request.run_id)
+    elif isinstance(request, ClearSignalRequest):
+        m.update(kind="clear_signal", key=request.key)
+    elif isinstance(request, GroupMarkRequest):
+        m.update(kind="group_mark", group_id=request.group_id)
+    else:
+        raise InvalidArgument(f"not an inbox request: {request!r}")
+    m.update(nonce=request.nonce, queue=request.queue)
+    return frame(Kind.INBOX, msgpack.packb(m, use_bin_type=True))
+
+
+def decode_request(name: str, data: bytes) -> Request:
+    """The request stored as object ``name``; `CorruptRequest` naming it if
+    ``data`` is not a well-formed request of the kind its name says."""
+    try:
+        _, body = unframe(name, data, Kind.INBOX)
+    except (CorruptObject, UnsupportedFormat) as e:
+        raise CorruptRequest(name, _reason(e)) from e
+    try:
+        m = msgpack.unpackb(body, raw=False)
+    except Exception as e:  # msgpack raises several unrelated types
+        raise CorruptRequest(name, f"not MessagePack ({type(e).__name__}: {e})") from e
+    if not isinstance(m, dict):
+        raise CorruptRequest(name, f"expected a map, found {type(m).__name__}")
+    version = m.get("v")
+    if isinstance(version, bool) or not isinstance(version, int) or version < 1:
+        raise CorruptRequest(name, f"no format version (field 'v' is {version!r:.80})")
+    if version > REQUEST_FORMAT_VERSION:
+        raise CorruptRequest(
+            name,
+            f"format version {version} is newer than this durable reads "
+            f"(up to {REQUEST_FORMAT_VERSION}): upgrade durable",
+        )
+    try:
+        request = _build(m)
+    except (KeyError, TypeError, ValueError, OverflowError) as e:  # InvalidArgument, InvalidId
+        raise CorruptRequest(name, _reason(e)) from e
+    expected = _name_problem(name, request)
+    if expected is not None:
+        raise CorruptRequest(name, expected)
+    return request
+
+
+def _reason(e: BaseException) -> str:
+    if isinstance(e, CorruptObject):
+        return e.reason
+    if isinstance(e, KeyError) and e.args:
+        return str(e.args[0])
+    return str(e)
+
+
+def _name_problem(name: str, request: Request) -> str | None:
+    """Why ``name`` cannot hold ``request`` (None: it can)."""
+    if isinstance(request, SubmitRequest):
+        if name != SUBMIT_PREFIX + str(request.spec.run_id):
+            return f"holds the submission of run {request.spec.run_id!r}, not one named so"
+        return None
+    if not name.startswith(REQ_PREFIX) or len(name) == len(REQ_PREFIX):
+        return f"holds a {type(request).__name__}, which belongs under {REQ_PREFIX!r}"
+    return None
+
+
+def _field(m: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    if name not in m:
+        raise KeyError(f"missing field {name!r}")
+    value = m[name]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+        raise TypeError(f"field {name!r} has the wrong type: {value!r:.80}")
+    return value
+
+
+def _optional(m: Mapping[str, Any], name: str, kind: type | tuple[type, ...]) -> Any:
+    return None if m.get(name) is None else _field(m, name, kind)
+
+
+def _build(m: Mapping[str, Any]) -> Request:
+    kind = _field(m, "kind", str)
+    queue, nonce = _field(m, "queue", str), _field(m, "nonce", bytes)
+    if kind == "submit":
+        return _submit(m, queue, nonce)
+    if kind == "signal":
+        return SignalRequest(queue, nonce, _field(m, "key", str), _field(m, "payload", bytes))
+    if kind == "cancel":
+        return CancelRequest(queue, nonce, _field(m, "run_id", str))
+    if kind == "clear_signal":
+        return ClearSignalRequest(queue, nonce, _field(m, "key", str))
+    if kind == "group_mark":
+        return GroupMarkRequest(queue, nonce, _field(m, "group_id", str))
+    raise ValueError(f"unknown request kind {kind!r:.80}")
+
+
+def _submit(m: Mapping[str, Any], queue: str, nonce: bytes) -> SubmitRequest:
+    headers = _optional(m, "headers", dict) or {}
+    priority = _optional(m, "priority", int)
+    attempts = _optional(m, "max_attempts", int)
+    run_at = _optional(m, "run_at_ms", int)
+    options = RunOptions(
+        headers=headers, priority=priority, max_attempts_per_step=attempts, run_at=run_at
+    )
+    spec = RunSpec(_field(m, "input", bytes), run_id=_field(m, "run_id", str), options=options)
+    group_id = _optional(m, "group_id", str)
+    member = None if group_id is None else GroupMembership(group_id, _field(m, "member_key", str))
+    internal: dict[bytes, bytes] = {}
+    for pair in _optional(m, "internal", list) or []:
+        if not isinstance(pair, list) or len(pair) != 2:
+            raise TypeError(f"an internal write must be a [key, value] pair, got {pair!r:.80}")
+        key, value = pair
+        if not isinstance(key, bytes) or not isinstance(value, bytes):
+            raise TypeError(f"an internal write must be bytes, got {pair!r:.80}")
+        internal[key] = value
+    return SubmitRequest(queue, nonce, spec, member, internal)
