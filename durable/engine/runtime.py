@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 from durable._logging import get_logger
 from durable.engine import keys
+from durable.engine.access import RunQueue
 from durable.engine.delivery import StepRunner
 from durable.engine.groups import GroupRetention, RunGroup
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
@@ -62,7 +63,6 @@ from durable.store.expiry import Delete, DeleteIf, ExpiryEntry, ExpiryIndex
 from durable.store.kv import KvEffects
 from durable.store.queue import (
     JobRecord,
-    Queue,
     SettlementEffects,
     run_worker_concurrent,
 )
@@ -170,7 +170,7 @@ class WorkflowRuntime:
 
     def __init__(
         self,
-        queue: Queue,
+        queue: RunQueue,
         runner: StepRunner,
         hook: TerminalHook | None = None,
         options: RuntimeOptions | None = None,

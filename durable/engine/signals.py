@@ -55,11 +55,12 @@ from typing import Any
 
 from durable._logging import get_logger
 from durable.engine import keys
+from durable.engine.access import RunQueue
 from durable.engine.runs import HEADER_SIGNAL_DELIVERED, HEADER_SIGNAL_WAIT
 from durable.engine.transitions import internal_effects
 from durable.errors import InvalidArgument, SignalWaiterExists
 from durable.store.keyspace import MAX_KV_VALUE_SIZE
-from durable.store.queue import JobRecord, JobStatus, Queue, SettlementEffects, WakeOutcome
+from durable.store.queue import JobRecord, JobStatus, SettlementEffects, WakeOutcome
 
 __all__ = [
     "Registration",
@@ -80,6 +81,10 @@ class SignalOutcome(enum.Enum):
     #: No waiter took it: the signal is buffered durably under its key for
     #: the next waiter (or `WorkflowRuntime.clear_signal`).
     BUFFERED = "buffered"
+    #: Sent by a process that does not own the store: the request is durably
+    #: in the store's inbox, and the owner delivers or buffers it when it
+    #: applies it (`durable.cluster.client.ClientRuntime`).
+    SENT = "sent"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,7 +138,7 @@ class Signals:
     """The signal records of one store, for the runtime on ``queue``; see
     the module docstring."""
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: RunQueue) -> None:
         self.queue = queue
         self._tasks: set[asyncio.Task[None]] = set()
 

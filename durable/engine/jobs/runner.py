@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from typing import Any, overload
 
 from durable.engine._checks import U32_MAX, check_int, check_str
+from durable.engine.access import RunQueue
 from durable.engine.delivery import Step
 from durable.engine.jobs.codec import decode_job, encode_job, encode_output
 from durable.engine.jobs.context import JobContext
@@ -44,7 +45,6 @@ from durable.engine.runs import RunOptions, RunSpec
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 from durable.errors import InputMismatch, InvalidArgument, JobTypeError
 from durable.store.clock import Clock
-from durable.store.queue import Queue
 
 __all__ = ["DEFAULT_JOBS_QUEUE", "JobRunner", "JobRunnerOptions", "job_id_for_key"]
 
@@ -137,7 +137,7 @@ class JobDispatcher:
 class JobRunner:
     """Typed jobs on one `WorkflowRuntime`; see the module docstring."""
 
-    def __init__(self, queue: Queue, options: JobRunnerOptions | None = None) -> None:
+    def __init__(self, queue: RunQueue, options: JobRunnerOptions | None = None) -> None:
         self.options = options or JobRunnerOptions()
         self._types: dict[str, type[Job[Any]]] = {}
         self._state: dict[type, object] = {}

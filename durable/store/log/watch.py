@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -28,11 +28,14 @@ __all__ = ["KeyWatchers"]
 class KeyWatchers:
     """Futures keyed by store key, resolved by the durable commit that writes the key."""
 
-    __slots__ = ("_by_key", "_stopped")
+    __slots__ = ("_by_key", "_stopped", "on_watch")
 
     def __init__(self) -> None:
         self._by_key: dict[bytes, list[asyncio.Future[None]]] = {}
         self._stopped: BaseException | None = None
+        #: Called (no arguments) whenever a watch is registered: a reader's
+        #: follower polls at its busy pace once someone waits (`Follower.wake`).
+        self.on_watch: Callable[[], object] | None = None
 
     def __bool__(self) -> bool:
         return bool(self._by_key)
@@ -45,6 +48,8 @@ class KeyWatchers:
             fut.set_exception(self._stopped)
             return fut
         self._by_key.setdefault(key, []).append(fut)
+        if self.on_watch is not None:
+            self.on_watch()
         return fut
 
     def unwatch(self, key: bytes, fut: asyncio.Future[None]) -> None:

@@ -1,0 +1,392 @@
+"""The store as a process that does not own it reaches it: `ClientQueue`, `ClientRuntime`.
+
+A *client* (a web server, a script, a standby worker) reads the store
+through a read-only view that a `Follower` keeps caught up with the log
+(`durable.store.log.follow`), and writes nothing itself: every operation
+that would write becomes a request in the store's inbox
+(`durable.cluster.inbox.InboxWriter`), which the owner applies. So a client
+never fences the owner, and anything the owner commits reaches the client's
+view within the follower's pace.
+
+`ClientQueue` gives the workflow runtime the store interface it runs on
+(`durable.engine.access.RunQueue`): its reads serve from the view, its
+writes raise `ReadOnlyStore`. `ClientRuntime` is the runtime over it: every
+read of `WorkflowRuntime` (status, outcome, wait, groups' and jobs' reads)
+works unchanged, and the operations that write go to the inbox:
+
+| operation | a client |
+|---|---|
+| `submit` / `submit_member` | the run known to the view: as the owner would answer (the same input: not new; another: `InputMismatch`); else a submit request (`InputMismatch` at once if the inbox holds the run id with another input) |
+| `signal` | a signal request; returns `SignalOutcome.SENT` |
+| `cancel` | False for a run the view shows terminated, or unknown and not started by this client; else a cancel request, True |
+| `clear_signal` | a clear request; True if the view shows a buffered signal |
+| a group's marker | a group-mark request |
+| `spawn` | `ReadOnlyStore`: a client runs nothing |
+
+A request is durable in the inbox when the call returns. Waits sleep on
+the view's key watches; a watch wakes the follower, which polls at its busy
+pace until the log goes quiet (a local directory: every 2 ms, backing off
+to 50 ms; object stores: 0.2 s to 5 s).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, NoReturn
+
+from durable.cluster.inbox import InboxWriter
+from durable.engine import keys
+from durable.engine.delivery import StepRunner
+from durable.engine.groups import GroupRetention
+from durable.engine.hooks import TerminalHook
+from durable.engine.records import GroupMembership
+from durable.engine.runs import RunEnd, RunSpec, SubmitOutcome, Terminated
+from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
+from durable.engine.signals import SignalOutcome
+from durable.errors import InvalidArgument, ReadOnlyStore
+from durable.store.clock import Clock
+from durable.store.ids import IdGenerator
+from durable.store.kv import KvNamespace
+from durable.store.log import Follower, LogReader
+from durable.store.log.retry import DEFAULT_RETRY_SECONDS
+from durable.store.objects.base import ObjectStore
+from durable.store.queue import (
+    CancelOutcome,
+    EnqueueOptions,
+    EnqueueResult,
+    JobRecord,
+    OpenOptions,
+    QueueReader,
+    SettlementEffects,
+    WakeOutcome,
+)
+from durable.store.queue.leases import Claim
+from durable.store.queue.view import QueueView
+from durable.store.queue.wakeups import wait_or_sleep
+
+if TYPE_CHECKING:
+    from durable.engine.access import RunWriter
+
+__all__ = ["ClientQueue", "ClientRuntime"]
+
+
+class _ClientWriter:
+    """The `RunWriter` of a client: its objects; nothing of its own to flush."""
+
+    def __init__(self, objects: ObjectStore) -> None:
+        self._objects = objects
+
+    @property
+    def objects(self) -> ObjectStore:
+        return self._objects
+
+    async def flush(self) -> None:
+        """A client commits nothing: what it reads is durable already."""
+
+
+class ClientQueue:
+    """A store's `durable.engine.access.RunQueue` for a process that does not
+    own it; see the module docstring. Open with `ClientQueue.open`, close
+    with `ClientQueue.close`."""
+
+    def __init__(
+        self,
+        reader: QueueReader,
+        clock: Clock,
+        *,
+        follower: Follower | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> None:
+        self._reader = reader
+        self._clock = clock
+        self._objects = reader.reader.objects
+        self._writer = _ClientWriter(self._objects)
+        self._ids = IdGenerator(clock)
+        #: Keeps the view caught up with the log (started by `open`).
+        self.follower = follower if follower is not None else Follower(reader.reader)
+        #: Where this client's requests go.
+        self.inbox = InboxWriter(self._objects, clock, retry_seconds=retry_seconds)
+        reader.reader.watchers.on_watch = self.follower.wake
+
+    @classmethod
+    async def open(
+        cls,
+        objects: ObjectStore,
+        clock: Clock,
+        *,
+        busy: float | None = None,
+        idle: float | None = None,
+        retry_seconds: float = DEFAULT_RETRY_SECONDS,
+    ) -> ClientQueue:
+        """Load the store's view and start following it. `StoreNotInitialized`
+        when no owner ever opened the store (start a worker first)."""
+        reader = QueueReader(await LogReader.open(objects, retry_seconds))
+        follower = Follower(reader.reader, busy=busy, idle=idle)
+        client = cls(reader, clock, follower=follower, retry_seconds=retry_seconds)
+        follower.start()
+        return client
+
+    async def close(self) -> None:
+        """Stop following the store; its pending watches fail with `StoreClosed`."""
+        await self.follower.stop()
+        await self._reader.close()
+
+    # ------------------------------------------------------------- reads
+
+    @property
+    def url(self) -> str:
+        """The store's location."""
+        return self._objects.url
+
+    @property
+    def reader(self) -> QueueReader:
+        """The read-only view this client reads."""
+        return self._reader
+
+    @property
+    def clock(self) -> Clock:
+        """The clock of this process's timestamps and timers."""
+        return self._clock
+
+    @property
+    def options(self) -> OpenOptions:
+        """The defaults (a client opens no queue of its own)."""
+        return OpenOptions(clock=self._clock)
+
+    @property
+    def writer(self) -> RunWriter:
+        """Objects, and a flush that has nothing to do."""
+        return self._writer
+
+    @property
+    def kv(self) -> KvNamespace:
+        """The KV namespace as the view has it (read-only; watches work)."""
+        return self._reader.kv
+
+    @property
+    def view(self) -> QueueView:
+        """The queue reads over the view."""
+        return self._reader
+
+    def next_job_id(self) -> str:
+        """A new id (a ULID from this process's generator)."""
+        return self._ids.next()
+
+    def job_record(self, id: str) -> JobRecord | None:
+        """Job ``id``'s record as the view has it."""
+        return self._reader.job_record(id)
+
+    def dead_jobs(
+        self, queue: str, after_id: str | None = None, limit: int = 100
+    ) -> list[JobRecord]:
+        """``queue``'s dead jobs as the view has them."""
+        return self._reader.dead_jobs(queue, after_id, limit)
+
+    def dead_letter_events(self, queue: str) -> int:
+        """0: dead letters are the owner's to reconcile."""
+        return 0
+
+    # ------------------------------------------------------------ writes
+
+    def _refuse(self, operation: str) -> NoReturn:
+        raise ReadOnlyStore(
+            self.url, f"{operation} (this process does not own the store: it writes requests)"
+        )
+
+    async def enqueue_with(
+        self, queue: str, payload: bytes, options: EnqueueOptions | None = None
+    ) -> EnqueueResult:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("enqueue")
+
+    async def enqueue_with_effects(
+        self,
+        queue: str,
+        payload: bytes,
+        options: EnqueueOptions | None = None,
+        effects: SettlementEffects | None = None,
+    ) -> EnqueueResult:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("enqueue")
+
+    async def cancel_with(
+        self, id: str, effects: SettlementEffects
+    ) -> tuple[CancelOutcome, list[EnqueueResult]]:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("cancel a job")
+
+    async def wake_scheduled(self, id: str, wake_payload: bytes | None = None) -> WakeOutcome:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("wake a job")
+
+    async def commit_effects(self, effects: SettlementEffects) -> list[EnqueueResult]:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("commit")
+
+    async def kv_compare_commit(
+        self, key: bytes, expected: bytes | None, effects: SettlementEffects
+    ) -> list[EnqueueResult] | None:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("commit")
+
+    async def claim(self, queue: str, /) -> Claim | None:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("claim")
+
+    async def claim_batch(self, queue: str, n: int, /) -> list[Claim]:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("claim")
+
+    async def wait_for_jobs_on(self, queue: str, max_wait_seconds: float, /) -> bool:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("wait for jobs")
+
+    async def ack_with(self, claim: Claim, effects: SettlementEffects, /) -> object:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("settle")
+
+    async def nack_with(
+        self,
+        claim: Claim,
+        error: str,
+        effects: SettlementEffects,
+        /,
+        *,
+        retry_after: float | None = None,
+    ) -> object:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("settle")
+
+    async def dead_letter_with(
+        self, claim: Claim, reason: str, effects: SettlementEffects, /
+    ) -> object:
+        """Refused: `ReadOnlyStore`."""
+        self._refuse("settle")
+
+
+class _ClientGroupMarks(GroupRetention):
+    """Group markers of a client: a request to the owner; no sweep."""
+
+    __slots__ = ("_client",)
+
+    def __init__(self, runtime: ClientRuntime) -> None:
+        super().__init__(runtime)
+        self._client = runtime
+
+    async def mark(self, group_id: str, *, internal: Mapping[bytes, bytes] | None = None) -> bool:
+        if self._client.options.group_retention is None:
+            return False
+        await self._client.client.inbox.group_mark(self._client.options.queue_name, group_id)
+        return True
+
+    async def sweep(self) -> int:
+        return 0
+
+
+class ClientRuntime(WorkflowRuntime):
+    """A `WorkflowRuntime` over a `ClientQueue`; see the module docstring."""
+
+    def __init__(
+        self,
+        queue: ClientQueue,
+        runner: StepRunner,
+        hook: TerminalHook | None = None,
+        options: RuntimeOptions | None = None,
+    ) -> None:
+        super().__init__(queue, runner, hook, options)
+        #: The client store this runtime reads and sends requests through.
+        self.client = queue
+        self.group_markers = _ClientGroupMarks(self)
+        self._started: set[str] = set()
+
+    async def submit_member(
+        self,
+        spec: RunSpec,
+        member: GroupMembership | None,
+        *,
+        internal: Mapping[bytes, bytes] | None = None,
+    ) -> SubmitOutcome:
+        """As `WorkflowRuntime.submit_member`, through the inbox; see the module
+        docstring. ``newly_submitted`` is True when this client wrote the
+        request; the job id is not known to a client (empty)."""
+        if not isinstance(spec, RunSpec):
+            raise InvalidArgument(f"submit takes a RunSpec, got {spec!r}")
+        if spec.effects is not None:
+            raise InvalidArgument(
+                "a run's KV effects are committed with its first step by the store's owner: "
+                "submit runs with effects from the process that owns the store"
+            )
+        run_id = spec.run_id or self.queue.next_job_id()
+        if spec.run_id is None:
+            spec = dataclasses.replace(spec, run_id=run_id)
+        existing = self.view.run_record(run_id)
+        if existing is not None:
+            return self._duplicate(existing, spec.input)
+        new = await self.client.inbox.submit(self.options.queue_name, spec, member, internal)
+        self._started.add(run_id)
+        self.client.follower.wake()
+        return SubmitOutcome(run_id, "", new)
+
+    async def signal(
+        self,
+        correlation_key: str,
+        payload: bytes,
+        *,
+        internal: Mapping[bytes, bytes] | None = None,
+    ) -> SignalOutcome:
+        """A signal request: `SignalOutcome.SENT` once it is in the inbox."""
+        if internal:
+            raise InvalidArgument("internal KV writes ride the owner's own operations")
+        await self.client.inbox.signal(self.options.queue_name, correlation_key, payload)
+        self.client.follower.wake()
+        return SignalOutcome.SENT
+
+    async def clear_signal(
+        self, correlation_key: str, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> bool:
+        """A clear request; True if the view shows a signal buffered under the key."""
+        if internal:
+            raise InvalidArgument("internal KV writes ride the owner's own operations")
+        buffered = self.queue.kv.get(keys.signal_buffer_key(correlation_key)) is not None
+        await self.client.inbox.clear_signal(self.options.queue_name, correlation_key)
+        return buffered
+
+    async def cancel(self, run_id: str, *, internal: Mapping[bytes, bytes] | None = None) -> bool:
+        """A cancel request; False (nothing sent) for a run the view shows
+        terminated, or does not know and this client did not start."""
+        if internal:
+            raise InvalidArgument("internal KV writes ride the owner's own operations")
+        status = self.status(run_id)
+        if status is None and run_id not in self._started:
+            return False
+        if status is not None and isinstance(status.state, Terminated):
+            return False
+        await self.client.inbox.cancel(self.options.queue_name, run_id)
+        self.client.follower.wake()
+        return True
+
+    async def wait_timeout(self, run_id: str, timeout: float | None) -> RunEnd | None:  # noqa: ASYNC109
+        """As `WorkflowRuntime.wait_timeout`; a run this client started waits
+        first for the owner to apply its submission (the view does not know
+        it until then)."""
+        if run_id in self._started and self.view.status(run_id) is None:
+            clock = self.clock
+            deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+            kv, key = self.queue.kv, keys.pointer_key(run_id)
+            while self.view.status(run_id) is None:
+                fut = kv.watch(key)  # no await since the read
+                try:
+                    left = None if deadline is None else (deadline - clock.now_ms()) / 1000
+                    if not await wait_or_sleep(clock, fut, left):
+                        raise TimeoutError(f"run {run_id!r} did not start within {timeout} s")
+                    fut.result()
+                finally:
+                    kv.unwatch(key, fut)
+            if deadline is not None:
+                timeout = max(deadline - clock.now_ms(), 0) / 1000
+        return await super().wait_timeout(run_id, timeout)
+
+    def spawn(self) -> WorkerHandle:
+        """Refused: a client runs nothing (`ReadOnlyStore`)."""
+        self.client._refuse("run a worker")

@@ -1,0 +1,153 @@
+"""A client of a store (`ClientQueue`, `ClientRuntime`) against a real owner.
+
+The owner (a `Queue`, a `WorkflowRuntime` with a worker, its `InboxApplier`)
+and the client share the test's store (a local directory, memory). The
+client reads through its own view, which its follower keeps caught up, and
+writes only requests: runs start, get signalled and cancelled, and the
+client sees them end, with no write of its own to the log.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+from cluster_helpers import KEY, QUEUE, Factory, Opener, Owner, echo, wait_then_echo
+
+from durable.cluster.client import ClientQueue, ClientRuntime
+from durable.engine import RunSpec, RuntimeOptions, TerminalStatus, Terminated, keys
+from durable.engine.signals import SignalOutcome
+from durable.errors import InputMismatch, InvalidArgument, ReadOnlyStore, StoreNotInitialized
+from durable.store.clock import MockClock
+from durable.store.log.format import LOG_PREFIX
+from durable.store.objects.base import ObjectStore
+
+LIMIT = 20.0
+
+
+@pytest.fixture
+async def client_of(clock: MockClock) -> AsyncIterator[object]:
+    opened: list[ClientQueue] = []
+
+    async def _open(store: ObjectStore) -> ClientRuntime:
+        client = await ClientQueue.open(store, clock)
+        opened.append(client)
+        return ClientRuntime(client, _no_runner, options=RuntimeOptions(queue_name=QUEUE))
+
+    yield _open
+    for client in opened:
+        await client.close()
+
+
+class _NoRunner:
+    async def run_step(self, step: object) -> object:
+        raise AssertionError("a client runs no step")
+
+
+_no_runner = _NoRunner()
+
+
+async def serving(owner: Owner) -> object:
+    """Start the owner's worker and inbox applier (stopped by the fixture's close)."""
+    owner.applier.start()
+    return owner.runtime.spawn()
+
+
+async def test_a_client_starts_a_run_and_sees_it_end(
+    make_objects: Factory, owner_of: Opener, client_of: object
+) -> None:
+    owner = await owner_of(make_objects(), echo)
+    worker = await serving(owner)
+    client = await client_of(make_objects())  # type: ignore[operator]
+    logs_before = len(await make_objects().list(LOG_PREFIX))
+    sub = await client.submit(RunSpec(b"hello", run_id="r1"))
+    assert (sub.run_id, sub.newly_submitted) == ("r1", True)
+    end = await asyncio.wait_for(client.wait("r1"), LIMIT)
+    assert end is not None
+    assert end.termination.status is TerminalStatus.SUCCEEDED
+    assert end.outcome is not None and end.outcome.result == b"hello"
+    # A run id of the client's own making.
+    mine = await client.submit(RunSpec(b"x"))
+    assert mine.run_id and mine.newly_submitted
+    assert (await asyncio.wait_for(client.wait(mine.run_id), LIMIT)) is not None
+    await worker.shutdown()  # type: ignore[attr-defined]
+    assert len(await make_objects().list(LOG_PREFIX)) > logs_before  # the owner wrote them
+
+
+async def test_a_client_signals_and_cancels_runs(
+    make_objects: Factory, owner_of: Opener, client_of: object
+) -> None:
+    owner = await owner_of(make_objects(), wait_then_echo)
+    worker = await serving(owner)
+    client = await client_of(make_objects())  # type: ignore[operator]
+    await client.submit(RunSpec(b"in", run_id="signalled"))
+    wait_key = keys.signal_wait_key(KEY)
+    while client.queue.kv.get(wait_key) is None:  # the client's view of the wait
+        fut = client.queue.kv.watch(wait_key)
+        await asyncio.wait_for(fut, LIMIT)
+    # Known to the view and active: the same input is the same run, another a clash.
+    again = await client.submit(RunSpec(b"in", run_id="signalled"))
+    assert again.newly_submitted is False
+    with pytest.raises(InputMismatch):
+        await client.submit(RunSpec(b"other", run_id="signalled"))
+    assert await client.signal(KEY, b"approved") is SignalOutcome.SENT
+    end = await asyncio.wait_for(client.wait("signalled"), LIMIT)
+    assert end is not None and end.outcome is not None
+    assert end.outcome.result == b"approved"
+
+    await client.submit(RunSpec(b"in", run_id="cancelled"))
+    assert await client.cancel("cancelled") is True  # started by this client: sent
+    end = await asyncio.wait_for(client.wait("cancelled"), LIMIT)
+    assert end is not None
+    assert end.termination.status is TerminalStatus.CANCELLED
+    assert await client.cancel("cancelled") is False  # terminated: nothing sent
+    assert await client.cancel("never-started") is False
+    await worker.shutdown()  # type: ignore[attr-defined]
+
+
+async def test_a_client_writes_nothing_but_requests(
+    make_objects: Factory, owner_of: Opener, client_of: object
+) -> None:
+    owner = await owner_of(make_objects(), echo)
+    client = await client_of(make_objects())  # type: ignore[operator]
+    with pytest.raises(ReadOnlyStore, match="does not own the store"):
+        client.spawn()
+    with pytest.raises(ReadOnlyStore):
+        await client.queue.commit_effects(object())  # type: ignore[arg-type]
+    with pytest.raises(InvalidArgument, match="owns the store"):
+        from durable.store.queue import SettlementEffects
+
+        effects = SettlementEffects().kv_put(b"app/a", b"b")
+        await client.submit(RunSpec(b"x", run_id="fx", effects=effects))
+    status = client.status("nobody")
+    assert status is None
+    assert owner.runtime.status("fx") is None
+
+
+async def test_a_client_of_a_store_nobody_opened_is_told_so(clock: MockClock) -> None:
+    from durable.store.objects import MemoryObjectStore
+
+    with pytest.raises(StoreNotInitialized):
+        await ClientQueue.open(MemoryObjectStore(), clock)
+
+
+async def test_a_client_sees_a_run_another_client_started(
+    make_objects: Factory, owner_of: Opener, client_of: object
+) -> None:
+    owner = await owner_of(make_objects(), echo)
+    worker = await serving(owner)
+    first = await client_of(make_objects())  # type: ignore[operator]
+    second = await client_of(make_objects())  # type: ignore[operator]
+    a, b = await asyncio.gather(
+        first.submit(RunSpec(b"same", run_id="shared")),
+        second.submit(RunSpec(b"same", run_id="shared")),
+    )
+    assert sorted([a.newly_submitted, b.newly_submitted]) == [False, True]
+    ends = await asyncio.wait_for(
+        asyncio.gather(first.wait("shared"), second.wait("shared")), LIMIT
+    )
+    assert all(e is not None and isinstance(e.termination, object) for e in ends)
+    status = second.status("shared")
+    assert status is not None and isinstance(status.state, Terminated)
+    await worker.shutdown()  # type: ignore[attr-defined]
