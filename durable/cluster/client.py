@@ -14,14 +14,16 @@ writes raise `ReadOnlyStore`. `ClientRuntime` is the runtime over it: every
 read of `WorkflowRuntime` (status, outcome, wait, groups' and jobs' reads)
 works unchanged, and the operations that write go to the inbox:
 
-| operation | a client |
-|---|---|
-| `submit` / `submit_member` | the run known to the view: as the owner would answer (the same input: not new; another: `InputMismatch`); else a submit request (`InputMismatch` at once if the inbox holds the run id with another input) |
-| `signal` | a signal request; returns `SignalOutcome.SENT` |
-| `cancel` | False for a run the view shows terminated, or unknown and not started by this client; else a cancel request, True |
-| `clear_signal` | a clear request; True if the view shows a buffered signal |
-| a group's marker | a group-mark request |
-| `spawn` | `ReadOnlyStore`: a client runs nothing |
+- `submit` / `submit_member`: a run the view shows active is answered as
+  the owner would (the same input: not new; another: `InputMismatch`);
+  else a submit request (`InputMismatch` at once if the inbox holds the run
+  id with another input).
+- `signal`: a signal request; `SignalOutcome.SENT`.
+- `cancel`: False for a run the view shows terminated, or does not know and
+  this client did not start; else a cancel request, True.
+- `clear_signal`: a clear request; True if the view shows a buffered signal.
+- a group's marker: a group-mark request. `spawn`: `ReadOnlyStore` (a client
+  runs nothing).
 
 A request is durable in the inbox when the call returns. Waits sleep on
 the view's key watches; a watch wakes the follower, which polls at its busy

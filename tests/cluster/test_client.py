@@ -22,6 +22,7 @@ from durable.errors import InputMismatch, InvalidArgument, ReadOnlyStore, StoreN
 from durable.store.clock import MockClock
 from durable.store.log.format import LOG_PREFIX
 from durable.store.objects.base import ObjectStore
+from durable.store.queue import SettlementEffects
 
 LIMIT = 20.0
 
@@ -66,10 +67,12 @@ async def test_a_client_starts_a_run_and_sees_it_end(
     end = await asyncio.wait_for(client.wait("r1"), LIMIT)
     assert end is not None
     assert end.termination.status is TerminalStatus.SUCCEEDED
-    assert end.outcome is not None and end.outcome.result == b"hello"
+    assert end.outcome is not None
+    assert end.outcome.result == b"hello"
     # A run id of the client's own making.
     mine = await client.submit(RunSpec(b"x"))
-    assert mine.run_id and mine.newly_submitted
+    assert mine.run_id
+    assert mine.newly_submitted
     assert (await asyncio.wait_for(client.wait(mine.run_id), LIMIT)) is not None
     await worker.shutdown()  # type: ignore[attr-defined]
     assert len(await make_objects().list(LOG_PREFIX)) > logs_before  # the owner wrote them
@@ -93,7 +96,8 @@ async def test_a_client_signals_and_cancels_runs(
         await client.submit(RunSpec(b"other", run_id="signalled"))
     assert await client.signal(KEY, b"approved") is SignalOutcome.SENT
     end = await asyncio.wait_for(client.wait("signalled"), LIMIT)
-    assert end is not None and end.outcome is not None
+    assert end is not None
+    assert end.outcome is not None
     assert end.outcome.result == b"approved"
 
     await client.submit(RunSpec(b"in", run_id="cancelled"))
@@ -115,10 +119,8 @@ async def test_a_client_writes_nothing_but_requests(
         client.spawn()
     with pytest.raises(ReadOnlyStore):
         await client.queue.commit_effects(object())  # type: ignore[arg-type]
+    effects = SettlementEffects().kv_put(b"app/a", b"b")
     with pytest.raises(InvalidArgument, match="owns the store"):
-        from durable.store.queue import SettlementEffects
-
-        effects = SettlementEffects().kv_put(b"app/a", b"b")
         await client.submit(RunSpec(b"x", run_id="fx", effects=effects))
     status = client.status("nobody")
     assert status is None
@@ -149,5 +151,6 @@ async def test_a_client_sees_a_run_another_client_started(
     )
     assert all(e is not None and isinstance(e.termination, object) for e in ends)
     status = second.status("shared")
-    assert status is not None and isinstance(status.state, Terminated)
+    assert status is not None
+    assert isinstance(status.state, Terminated)
     await worker.shutdown()  # type: ignore[attr-defined]
