@@ -44,6 +44,7 @@ from durable.decorators import (
     wait_for_signal,
     workflow,
 )
+from durable.engine.signals import SignalOutcome
 from durable.errors import (
     ArgumentMismatch,
     CodecError,
@@ -85,6 +86,7 @@ __all__ = [
     "RunNotFound",
     "RunStalled",
     "SelfFenced",
+    "SignalOutcome",
     "StepFunction",
     "StepMaybeExecutedError",
     "StoreNotFound",

@@ -75,6 +75,7 @@ from durable.errors import (
 )
 from durable.store.clock import Clock, SystemClock
 from durable.store.ids import IdGenerator
+from durable.store.log.retry import DEFAULT_RETRY_SECONDS, retry_transient
 from durable.store.objects.base import Guarantee, ObjectStore
 
 __all__ = [
@@ -274,10 +275,16 @@ class Ownership:
         self._started = True
         self._set_state(State.STANDBY)
         try:
-            await self._put()
+            # Transient store errors at the start are retried like the log's
+            # reads at open (a decision is safe to make again: it re-reads).
+            await retry_transient(self._put, member_name(self.member_id), DEFAULT_RETRY_SECONDS)
             self._loops.append(self._task(self._beat_loop(), "heartbeat"))
-            async with self._transition:
-                await self._tick(first=True)
+
+            async def first_decision() -> None:
+                async with self._transition:
+                    await self._tick(first=True)
+
+            await retry_transient(first_decision, "the owner chain", DEFAULT_RETRY_SECONDS)
         except BaseException:
             await self._leave()
             raise

@@ -58,6 +58,7 @@ __all__ = [
     "CodecRecord",
     "decode_record",
     "encode_record",
+    "check_codec_record",
     "ensure_codec_record",
     "mismatch",
     "rotated",
@@ -204,3 +205,16 @@ async def ensure_codec_record(
         if await kv.compare_put(CODEC_RECORD_KEY, raw, encode_record(grown)):
             log.info("signing key added to the codec record", url=url, keys=list(grown.keys))
             return
+
+
+async def check_codec_record(kv: KvNamespace, codec: Codec, url: str) -> None:
+    """Check ``codec`` against the store's codec record without writing
+    (a process that does not own the store): `CodecMismatch` naming what is
+    missing; nothing to check while the store has no record yet (its owner
+    writes one)."""
+    raw = kv.get(CODEC_RECORD_KEY)
+    if raw is None:
+        return
+    problem = mismatch(decode_record(raw), codec)
+    if problem is not None:
+        raise CodecMismatch(url, problem)

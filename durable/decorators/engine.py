@@ -1,53 +1,60 @@
 """`Engine`: the decorators' runtime, opened with ``async with Engine(url):``.
 
-The engine composes what the decorators need and nothing else: the
-store's `Queue`, the `Codec` of arguments and results, the clock, one
+The engine composes what the decorators need and nothing else: its hold on
+the store in its role (`durable.decorators.session.StoreSession`: the
+store's `Queue` when it owns the store, a client view and the store's inbox
+when it does not), the `Codec` of arguments and results, the clock, one
 workflow runtime per workflow queue (`WorkflowQueues`) and the *services*
 that start and stop with it (the ``@job`` runner is one). Starting runs,
 handles and waits live in their own modules; they reach the engine through
 `durable.decorators.current.current_engine`.
 
 ```python
-async with Engine("file:///var/lib/app/durable") as engine:
+async with Engine("file:///var/lib/app/durable") as engine:       # a worker
+    await engine.serve()          # until SIGTERM/SIGINT: drain, hand over
+
+async with Engine("s3://bucket/app", role="client") as engine:    # a web server
     handle = await pipeline.start("https://example.com")
     print(await handle.result())
 ```
 
-On exit the engine lets every running workflow finish its step in flight
-and suspend (its next step runs in the next process), then stops its
-services (in reverse order) and closes the store.
-
-Once another process opens the same store (a second engine, a standby),
-this engine is *fenced*: every wait in progress (``handle.result()``, ...)
-and every later call, reads included, raises `Fenced` (an idle engine
-notices within `OpenOptions.fence_check_interval`, 5 s). Exit it and open a
-new one, or leave the store to the other process.
+Any number of processes use one store: one *owner* at a time runs the
+work; other worker-role engines wait as *standbys* (serving as clients
+meanwhile) and take over when the owner dies or leaves; clients never own
+it. On exit the engine lets every running workflow finish its step in
+flight and suspend (its next step runs in the next owner), stops its
+services (in reverse order), closes the store and, as the owner, hands it
+over to a standby.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
+import signal as _signal
 from collections.abc import Mapping, Sequence
 from contextvars import Token
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable._logging import get_logger
+from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, check_timing
 from durable.decorators.codec import Codec
-from durable.decorators.codec_record import ensure_codec_record
 from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
-from durable.decorators.runtimes import WorkflowQueues
 from durable.decorators.services import EngineService, default_services
+from durable.decorators.session import Role, StoreSession
 from durable.engine.signals import SignalOutcome
-from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine
+from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine, SelfFenced
 from durable.store.clock import Clock, SystemClock
 from durable.store.objects.base import ObjectStore
 from durable.store.objects.url import check_writer_url
-from durable.store.queue import OpenOptions, Queue
 
 if TYPE_CHECKING:
     from durable.decorators.handles import WorkflowHandle
+    from durable.decorators.modes import Mode
+    from durable.decorators.runtimes import WorkflowQueues
+    from durable.engine.access import RunQueue
 
 __all__ = ["DEFAULT_STORE", "Engine"]
 
@@ -69,14 +76,6 @@ def _check_store(
     except InvalidStoreUrl as e:
         raise InvalidArgument(f"Engine: {e}") from None
     return url
-
-
-def _raise_if_fenced(queue: Queue) -> None:
-    """Every use of a fenced engine fails: its memory may be stale, and it
-    can commit nothing (the one place every call goes through)."""
-    failure = queue.writer.failure
-    if isinstance(failure, Fenced):
-        raise Fenced(failure.url, failure.seq) from None
 
 
 def _check_concurrency(concurrency: Mapping[str, int] | None) -> dict[str, int]:
@@ -113,6 +112,27 @@ def _check_retention(retention: float | timedelta | None) -> float | None:
     return float(retention)
 
 
+def _check_role(role: object) -> Role:
+    if role not in ("worker", "client"):
+        raise InvalidArgument(
+            f"role must be 'worker' (owns the store or stands by) or 'client' (never owns "
+            f"it), got {role!r}"
+        )
+    return role
+
+
+def _raise_if_fenced(mode: Mode) -> None:
+    """A call on an owner whose writer was fenced fails at once (its memory
+    may be stale) until the engine serves as a standby."""
+    if not mode.owner:
+        return
+    failure = getattr(mode.queue.writer, "failure", None)
+    if isinstance(failure, SelfFenced):
+        raise SelfFenced(failure.url, failure.reason, failure.seq) from None
+    if isinstance(failure, Fenced):
+        raise Fenced(failure.url, failure.seq) from None
+
+
 class Engine:
     """Runs the workflows (and, through services, the jobs) of this process.
 
@@ -121,26 +141,37 @@ class Engine:
     closes); None is the directory ``./.durable``, and any other value or
     scheme is refused here with `InvalidArgument`. A missing directory is
     created; a missing bucket or container raises `StoreNotFound` on enter.
-    ``storage_options`` go to the backend. ``signing_key`` signs every
-    pickle the codec writes and refuses unsigned ones (a list rotates keys:
-    the first signs, each verifies); ``codec="msgpack"`` refuses values that
-    are not plain data. The store records the codec and the fingerprints of
-    the keys its payloads need: an engine that cannot read them refuses to
-    open with `CodecMismatch` (``replace_codec_record=True`` records this
-    engine's configuration instead, for a deliberate change; see
-    `durable.decorators.codec_record`). ``concurrency`` caps the runs of each workflow queue that
-    execute at once (default 8 per queue; 0 runs none of them in this
-    process, for one that only starts runs). ``retention`` (seconds or a
-    timedelta; None keeps them for ever) is how long a terminated run stays
-    in the store: its result, archived journal and published values are
-    then removed and its id reads as unknown (`RunNotFound`). ``clock`` is
-    the source of all time (a `durable.store.clock.MockClock` in tests).
-    ``max_attempts_without_progress`` (default 20) is how many attempts of
-    a run may end in a row without journaling anything (a crash of its
-    process counts) before the run fails with `RunStalled`; a run that
-    journals something in each attempt is never failed by its crashes, and
-    a stalled run waits longer before each attempt (1 s, doubling, at most
-    5 minutes; `durable.decorators.progress`).
+    ``storage_options`` go to the backend.
+
+    ``role="worker"`` (the default) owns the store when no live process
+    does, or waits as a standby (serving as a client meanwhile) and takes
+    over when the owner dies (within ``ttl`` + 2 ``heartbeat`` seconds; at
+    once on a local directory) or leaves (within one heartbeat); it never
+    fences a live owner unless ``takeover=True``. ``role="client"`` never
+    owns the store nor fences anyone: a web server, a script, a notebook.
+    ``ttl`` (15 s) and ``heartbeat`` (3 s) time the membership
+    (`durable.cluster.owner`). See `durable.decorators.session`.
+
+    ``signing_key`` signs every pickle the codec writes and refuses
+    unsigned ones (a list rotates keys: the first signs, each verifies);
+    ``codec="msgpack"`` refuses values that are not plain data. The store
+    records the codec and the fingerprints of the keys its payloads need: an
+    engine that cannot read them refuses to open with `CodecMismatch`
+    (``replace_codec_record=True`` records this engine's configuration
+    instead, for a deliberate change; see `durable.decorators.codec_record`).
+    ``concurrency`` caps the runs of each workflow queue that execute at
+    once (default 8 per queue; 0 runs none of them in this process).
+    ``retention`` (seconds or a timedelta; None keeps them for ever) is how
+    long a terminated run stays in the store: its result, archived journal
+    and published values are then removed and its id reads as unknown
+    (`RunNotFound`). ``clock`` is the source of all time (a
+    `durable.store.clock.MockClock` in tests; the membership heartbeats run
+    on real time). ``max_attempts_without_progress`` (default 20) is how
+    many attempts of a run may end in a row without journaling anything (a
+    crash of its process counts) before the run fails with `RunStalled`; a
+    run that journals something in each attempt is never failed by its
+    crashes, and a stalled run waits longer before each attempt (1 s,
+    doubling, at most 5 minutes; `durable.decorators.progress`).
 
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
@@ -150,6 +181,10 @@ class Engine:
         self,
         url: str | os.PathLike[str] | ObjectStore | None = None,
         *,
+        role: Role = "worker",
+        ttl: float = DEFAULT_TTL,
+        heartbeat: float = DEFAULT_HEARTBEAT,
+        takeover: bool = False,
         storage_options: Mapping[str, Any] | None = None,
         signing_key: bytes | str | Sequence[bytes | str] | None = None,
         codec: Literal["auto", "msgpack"] = "auto",
@@ -165,6 +200,14 @@ class Engine:
             raise InvalidArgument(f"clock must provide now_ms() and sleep(), got {clock!r}")
         self._url = _check_store(url)
         self._storage_options = storage_options
+        #: ``"worker"`` or ``"client"``; see the class doc.
+        self.role = _check_role(role)
+        self._ttl, self._heartbeat = check_timing(ttl, heartbeat)
+        if not isinstance(takeover, bool):
+            raise InvalidArgument(f"takeover must be True or False, got {takeover!r}")
+        if takeover and role == "client":
+            raise InvalidArgument("takeover=True is for a worker: a client never owns the store")
+        self._takeover = takeover
         self._concurrency = _check_concurrency(concurrency)
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
         self.retention = _check_retention(retention)
@@ -176,14 +219,15 @@ class Engine:
             raise InvalidArgument(
                 f"replace_codec_record must be True or False, got {replace_codec_record!r}"
             )
-        self._replace_codec_record = replace_codec_record
+        #: Record this engine's codec as the store's instead of checking it.
+        self.replace_codec_record = replace_codec_record
         #: The source of every timestamp, timeout and durable timer.
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._services: list[EngineService] = []
         self._started: list[EngineService] = []
-        self._queue: Queue | None = None
-        self._workflows: WorkflowQueues | None = None
+        self._session: StoreSession | None = None
         self._token: Token[Engine | None] | None = None
+        self._errors: list[BaseException] = []
         for factory in default_services():  # e.g. the @job runner
             self.add_service(factory())
 
@@ -192,30 +236,51 @@ class Engine:
     @property
     def running(self) -> bool:
         """True between ``__aenter__`` and ``__aexit__``."""
-        return self._queue is not None
+        return self._session is not None
 
     @property
-    def queue(self) -> Queue:
-        """The store's `Queue` (`NoEngine` before the engine is entered;
-        `Fenced` once another writer has opened the store)."""
-        if self._queue is None:
-            raise NoEngine("Engine.queue")
-        _raise_if_fenced(self._queue)
-        return self._queue
+    def owner(self) -> bool:
+        """True while this engine owns its store (runs its work)."""
+        return self._session is not None and self._session.owner
+
+    @property
+    def mode(self) -> Mode:
+        """What the engine runs on now (`durable.decorators.modes`): the
+        owner's queue, or a client's view and inbox."""
+        session = self._session
+        mode = session.mode if session is not None else None
+        if mode is None:
+            raise NoEngine("Engine.mode")
+        _raise_if_fenced(mode)
+        return mode
+
+    @property
+    def queue(self) -> RunQueue:
+        """The store as this engine reaches it now: the store's `Queue` when
+        it owns the store, else a `durable.cluster.client.ClientQueue`
+        (`NoEngine` before the engine is entered; `Fenced` while an owner
+        whose store another process took has not yet become a standby)."""
+        return self.mode.queue
 
     @property
     def workflows(self) -> WorkflowQueues:
         """The workflow runtimes, one per workflow queue (`Fenced` as for `queue`)."""
-        if self._workflows is None:
+        session = self._session
+        workflows = session.workflows if session is not None else None
+        if workflows is None:
             raise NoEngine("Engine.workflows")
-        if self._queue is not None:
-            _raise_if_fenced(self._queue)
-        return self._workflows
+        self.mode  # noqa: B018  (raises Fenced for a fenced owner)
+        return workflows
 
     def concurrency_of(self, queue: str, default: int) -> int:
         """The concurrency given for ``queue`` in ``Engine(concurrency=...)``,
         else ``default`` (0: this process runs none of that queue's work)."""
         return self._concurrency.get(queue, default)
+
+    def workflow_limits(self) -> dict[str, int]:
+        """The concurrency limits of the workflow queues (not the services')."""
+        owned = self.service_queues()
+        return {q: n for q, n in self._concurrency.items() if q not in owned}
 
     def service_queues(self) -> frozenset[str]:
         """The queues the engine's services run (a service may name them with
@@ -230,8 +295,9 @@ class Engine:
     def add_service(self, service: EngineService) -> None:
         """Run ``service`` with this engine: started on enter after the store
         opens (in registration order), stopped on exit before it closes (in
-        reverse order). One added while the engine runs starts at the next
-        `start_services`."""
+        reverse order); started again when the engine becomes or stops
+        being the store's owner (`mode`). One added while the engine runs
+        starts at the next `start_services`."""
         if not callable(getattr(service, "start", None)) or not callable(
             getattr(service, "stop", None)
         ):
@@ -241,12 +307,34 @@ class Engine:
             )
         self._services.append(service)
 
+    def started_services(self) -> list[EngineService]:
+        """The services running now, in start order."""
+        return list(self._started)
+
     async def start_services(self) -> None:
         """Start the services added since the engine started (idempotent)."""
         for service in self._services:
             if service not in self._started:
                 await service.start(self)
                 self._started.append(service)
+
+    async def stop_services(self, *, abort: bool = False) -> list[BaseException]:
+        """Stop the running services in reverse order (``abort``: as a crash
+        would, where a service can: its ``abort()``); the errors they raised."""
+        errors: list[BaseException] = []
+        for service in reversed(self._started):
+            stop = getattr(service, "abort", None) if abort else None
+            try:
+                await (stop() if callable(stop) else service.stop())
+            except Exception as e:  # the others still stop
+                log.error("service failed to stop", service=repr(service), error=str(e))
+                errors.append(e)
+        self._started.clear()
+        return errors
+
+    def record_errors(self, errors: list[BaseException]) -> None:
+        """Errors of stopping a mode, raised when the engine exits."""
+        self._errors.extend(errors)
 
     # ---------------------------------------------------------------- runs
 
@@ -272,31 +360,77 @@ class Engine:
     async def signal(self, key: str, value: object = None) -> SignalOutcome:
         """Send ``value`` (through the codec) to the run waiting in
         ``durable.wait_for_signal(key)``, or buffer it for the next one;
-        durable when this returns."""
+        durable when this returns. `SignalOutcome.SENT` from an engine that
+        does not own the store: the request is in the store's inbox."""
         payload = self.codec.dumps(value, what=f"the signal for {key!r}")
         return await self.workflows.default.signal(key, payload)
+
+    async def wait_owner(self, owner: bool = True, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        """Wait until this worker owns its store (a standby: until it takes
+        over), or with ``owner=False`` until it serves as a standby (an owner
+        that lost its store to another process); `TimeoutError` after
+        ``timeout`` seconds (real time)."""
+        if self._session is None:
+            raise NoEngine("Engine.wait_owner()")
+        if owner and self.role == "client":
+            raise InvalidArgument("a client engine never owns its store")
+        async with asyncio.timeout(timeout):
+            await self._session.wait_for_owner(owner)
+
+    # ----------------------------------------------------------- serving
+
+    async def serve(self) -> None:
+        """Run this worker until SIGTERM or SIGINT (or until cancelled).
+
+        The engine does its work (as the owner, or as a standby ready to
+        take over) while this waits; it returns on the signal, and leaving
+        ``async with`` then drains (deliveries in flight finish their step
+        or suspend; job workers finish their jobs), closes the store with a
+        final checkpoint and hands it over to a standby, which takes over
+        within one heartbeat. `InvalidArgument` for a client engine, which
+        has nothing to serve. Signal handlers are installed only where the
+        event loop supports them (the main thread on Unix); elsewhere this
+        waits until cancelled.
+        """
+        if self._session is None:
+            raise NoEngine("Engine.serve()")
+        if self.role == "client":
+            raise InvalidArgument(
+                "a client engine serves nothing: run a worker with Engine(url) (role='worker')"
+            )
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        installed: list[_signal.Signals] = []
+        for sig in (_signal.SIGTERM, _signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+            except (NotImplementedError, RuntimeError, ValueError):
+                continue
+            installed.append(sig)
+        try:
+            await stop.wait()
+            log.info("engine stopping on a signal", owner=self.owner)
+        finally:
+            for sig in installed:
+                loop.remove_signal_handler(sig)
 
     # ----------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Engine:
-        if self._queue is not None:
+        if self._session is not None:
             raise InvalidArgument("this Engine is already running; enter it once")
-        queue = await Queue.open(
-            self._url, OpenOptions(clock=self.clock), storage_options=self._storage_options
-        )
-        self._queue = queue
         self._token = set_engine(self)
+        self._session = StoreSession(
+            self,
+            self._url,
+            self._storage_options,
+            role=self.role,
+            ttl=self._ttl,
+            heartbeat=self._heartbeat,
+            takeover=self._takeover,
+        )
         try:
-            # Before any run is read or written (durable on return).
-            await ensure_codec_record(
-                queue.kv.internal(), self.codec, queue.kv.url, replace=self._replace_codec_record
-            )
-            self._workflows = WorkflowQueues(
-                self,
-                {q: n for q, n in self._concurrency.items() if q not in self.service_queues()},
-            )
-            self._workflows.start()
-            await self.start_services()
+            await self._session.open()
         except BaseException:
             await self._close()
             raise
@@ -306,33 +440,24 @@ class Engine:
         await self._close()
 
     async def _close(self) -> None:
-        errors: list[BaseException] = []
-        # Workflows first: a step in flight may wait on a service (a job).
-        if self._workflows is not None:
-            workflows, self._workflows = self._workflows, None
-            try:
-                await workflows.shutdown()
-            except Exception as e:  # the services and the store still close
-                errors.append(e)
-        for service in reversed(self._started):
-            try:
-                await service.stop()
-            except Exception as e:  # the others still stop
-                log.error("service failed to stop", service=repr(service), error=str(e))
-                errors.append(e)
-        self._started.clear()
-        if self._queue is not None:
-            await self._queue.close()
-            self._queue = None
+        session = self._session
+        if session is not None:
+            try:  # the session stays current while its deliveries drain
+                await session.close()
+            except Exception as e:
+                self._errors.append(e)
+            self._session = None
         if self._token is not None:
             reset_engine(self._token)
             self._token = None
         # A worker that stopped because the engine was fenced is no error of
         # closing: every call on the engine has raised `Fenced` since.
-        errors = [e for e in errors if not isinstance(e, Fenced)]
+        errors = [e for e in self._errors if not isinstance(e, Fenced)]
+        self._errors = []
         if errors:
             raise errors[0]
 
     def __repr__(self) -> str:
         url = self._url if isinstance(self._url, ObjectStore) else os.fspath(self._url)
-        return f"Engine({url!r}, {'running' if self.running else 'stopped'})"
+        state = "stopped" if self._session is None else ("owner" if self.owner else self.role)
+        return f"Engine({url!r}, {state})"

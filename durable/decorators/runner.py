@@ -101,7 +101,7 @@ class WorkflowRunner:
                 step,
                 invocation.name,
                 engine.max_attempts_without_progress,
-                lambda: engine.queue.attempt_history(step.job_id),
+                lambda: engine.queue.view.attempt_history(step.job_id),
             )
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))

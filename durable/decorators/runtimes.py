@@ -11,6 +11,11 @@ first run starts.
 
 All runtimes share one memo prefix, so any of them reads the outcome of any
 run (`WorkflowQueues.default`).
+
+The runtimes are the engine's current mode's (`durable.decorators.modes`):
+an engine that owns its store runs workflows on them; one that does not
+(a client, a standby) builds runtimes that read and send requests, and
+spawns no worker.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
+    from durable.decorators.modes import Mode
 
 __all__ = ["DEFAULT_CONCURRENCY", "MEMO_PREFIX", "WorkflowQueues"]
 
@@ -40,8 +46,9 @@ MEMO_PREFIX = "workflows-memo"
 class WorkflowQueues:
     """The workflow runtimes of one running `Engine`, by queue name."""
 
-    def __init__(self, engine: Engine, concurrency: Mapping[str, int]) -> None:
+    def __init__(self, engine: Engine, concurrency: Mapping[str, int], mode: Mode) -> None:
         self._engine = engine
+        self._mode = mode
         self._limits = dict(concurrency)
         self._runtimes: dict[str, WorkflowRuntime] = {}
         self._workers: dict[str, WorkerHandle] = {}
@@ -67,8 +74,7 @@ class WorkflowQueues:
         runtime = self._runtimes.get(queue)
         if runtime is None:
             limit = self._limits.get(queue, DEFAULT_CONCURRENCY)
-            runtime = WorkflowRuntime(
-                self._engine.queue,
+            runtime = self._mode.runtime(
                 self.runner,
                 self.hook,
                 RuntimeOptions(
@@ -81,7 +87,7 @@ class WorkflowQueues:
             )
             runtime.run_keys = functools.partial(run_keys, self._engine)
             self._runtimes[queue] = runtime
-        runs_here = self._limits.get(queue) != 0 and not self.draining.is_set()
+        runs_here = self._mode.owner and self._limits.get(queue) != 0 and not self.draining.is_set()
         if spawn and runs_here and queue not in self._workers:
             self._workers[queue] = runtime.spawn()
         return runtime
@@ -92,7 +98,7 @@ class WorkflowQueues:
         default = self.default
         pointer = default.view.pointer(run_id)
         if pointer is not None:
-            job = self._engine.queue.job_record(pointer.job_id)
+            job = self._mode.queue.job_record(pointer.job_id)
             if job is not None:
                 return self.runtime_for(job.queue, spawn=False)
         return default

@@ -13,7 +13,13 @@ from owner_sim import HostLocks, Sim, states
 from durable.cluster.chain import CHAIN_PREFIX, OwnerChain, Reason, decode_version
 from durable.cluster.members import Role, decode_member, member_name
 from durable.cluster.owner import OWNER_LOCK, Ownership, State
-from durable.errors import InvalidArgument, MissingGuarantee, ObjectStoreError, StoreClosed
+from durable.errors import (
+    InvalidArgument,
+    MissingGuarantee,
+    ObjectNotFound,
+    ObjectStoreError,
+    StoreClosed,
+)
 from durable.store.clock import MockClock
 from durable.store.objects.base import Guarantee
 from durable.store.objects.faults import FaultyObjectStore
@@ -415,14 +421,49 @@ async def test_start_once_and_refuse_a_store_without_atomic_create(sim: Sim) -> 
 
 
 async def test_a_failing_first_put_raises_from_start() -> None:
+    """A permanent error of the first put fails the start (a transient one
+    is retried, like the log's reads at open)."""
     store = FaultyObjectStore(MemoryObjectStore())
-    store.fail_next("put")
+    store.fail_next("put", ObjectNotFound("cluster/members/x"))
     own = Ownership(
         store, clock=MockClock(), on_acquire=_no, on_lose=_no_reason, on_release=_no_release
     )
     with pytest.raises(ObjectStoreError):
         await own.start()
     assert own.state is State.CLIENT
+
+
+async def test_a_transient_error_at_the_start_is_retried() -> None:
+    store = FaultyObjectStore(MemoryObjectStore())
+    store.fail_next("put")
+    store.fail_next("list")
+    acquired: list[object] = []
+
+    async def acquire() -> object:
+        acquired.append(True)
+        return _Stub()
+
+    own = Ownership(
+        store, clock=MockClock(), on_acquire=acquire, on_lose=_no_reason, on_release=_done
+    )
+    await own.start()
+    assert own.state is State.OWNER
+    assert acquired == [True]
+    await own.release()
+
+
+class _Stub:
+    failure = None
+
+    def stop(self, error: object) -> None:
+        pass
+
+    def add_stop_callback(self, fn: object) -> None:
+        pass
+
+
+async def _done() -> None:
+    pass
 
 
 async def _no() -> object:

@@ -242,7 +242,8 @@ async def test_an_unverifiable_argument_releases_the_run_and_never_fails_it(
                 assert status is not None
                 assert not isinstance(status.state, Terminated)
     released = [entry for entry in logs if entry["event"].startswith("workflow run released")]
-    assert len(released) == 4
+    assert len(released) >= 4  # each engine releases it (its first claim may come
+    # before the advance, and then once more after it)
     assert {entry["run_id"] for entry in released} == {run_id}
     assert {entry["log_level"] for entry in released} == {"error"}
     assert "argument 0" in released[0]["what"]

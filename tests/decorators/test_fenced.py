@@ -1,11 +1,14 @@
-"""A fenced engine fails its waits and every later call (issue 13 point 10).
+"""A fenced engine fails its waits, then serves as a standby (issue 13 point
+10, issue 14).
 
-Another writer opening the store fences this engine. Before, an idle
-fenced engine learnt it only at its next write, so ``handle.result(timeout)``
-slept on its KV watch for the whole timeout. Now the queue's fence check
-(one read every `OpenOptions.fence_check_interval` of the store's clock)
-stops the writer, which fails every watcher with `Fenced`, and the engine
-raises `Fenced` from every later call.
+Another writer opening the store (``Engine(takeover=True)``, or a bare
+`Queue`) fences this engine. Before, an idle fenced engine learnt it only at
+its next write, so ``handle.result(timeout)`` slept on its KV watch for the
+whole timeout. Now the queue's fence check (one read every
+`OpenOptions.fence_check_interval` of the store's clock) stops the writer,
+which fails every watcher with `Fenced`; calls until the engine has left the
+store raise `Fenced`; then the engine serves as a standby: later calls go
+through the store's inbox to the new owner.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ async def approval(key: str) -> str:
     return str(await durable.wait_for_signal(key))
 
 
-async def test_a_fenced_engines_pending_result_and_later_calls_raise_fenced(
+async def test_a_fenced_engines_pending_result_raises_then_it_serves_as_a_standby(
     tmp_path: Path, clock: MockClock
 ) -> None:
     assert INTERVAL is not None
@@ -46,7 +49,8 @@ async def test_a_fenced_engines_pending_result_and_later_calls_raise_fenced(
         await wait_parked(first, handle.run_id)
         pending = asyncio.create_task(handle.result(timeout=60))
         await asyncio.sleep(0)  # the wait is registered on its KV watch
-        async with durable.Engine(store, clock=MockClock()) as second:  # fences `first`
+        async with durable.Engine(store, clock=MockClock(), takeover=True) as second:
+            assert second.owner  # it fenced `first`
             await asyncio.sleep(0)
             assert not pending.done()  # idle: it has not written since
             clock.advance(INTERVAL)  # one fence check of the first engine
@@ -54,21 +58,35 @@ async def test_a_fenced_engines_pending_result_and_later_calls_raise_fenced(
             with pytest.raises(Fenced):
                 await asyncio.wait_for(pending, LIMIT)
             assert time.monotonic() - started < 2.0
-            # Every later call raises Fenced, reads from memory included.
-            with pytest.raises(Fenced):
-                await handle.status()
-            with pytest.raises(Fenced):
-                await handle.result(timeout=1)
-            with pytest.raises(Fenced):
-                await first.signal("fence-1", "stale")
-            with pytest.raises(Fenced):
-                await first.handle(handle.run_id).cancel()
-            with pytest.raises(Fenced):
-                _ = first.queue
-            # The run is intact: the new owner finishes it.
-            await second.signal("fence-1", "approved")
-            assert await second.handle(handle.run_id).result(timeout=LIMIT) == "approved"
+            # Then the first engine is a standby: later calls go to the new owner.
+            await first.wait_owner(False, timeout=LIMIT)
+            assert not first.owner
+            assert await first.signal("fence-1", "approved") is durable.SignalOutcome.SENT
+            assert await first.handle(handle.run_id).result(timeout=LIMIT) == "approved"
+            status = await first.handle(handle.run_id).status()
+            assert status is not None
+            assert status.state == "SUCCEEDED"
     assert not first.running
+
+
+async def test_a_second_worker_does_not_fence_a_live_owner(
+    tmp_path: Path, clock: MockClock
+) -> None:
+    """Without ``takeover``, a second worker on the store waits as a standby
+    and fences nobody: the owner's calls keep working."""
+    store = tmp_path / "store"
+    async with durable.Engine(store, clock=clock) as first:
+        handle = await approval.start("fence-2")
+        await wait_parked(first, handle.run_id)
+        async with durable.Engine(store, clock=MockClock()) as second:
+            assert first.owner
+            assert not second.owner
+            clock.advance(INTERVAL or 5.0)  # a fence check: nothing to find
+            await asyncio.sleep(0)
+            assert (await handle.status()) is not None  # no Fenced
+            await second.signal("fence-2", "from the standby")
+            assert await handle.result(timeout=LIMIT) == "from the standby"
+        assert first.owner
 
 
 async def test_closing_an_engine_whose_workers_stopped_on_fenced_is_clean(

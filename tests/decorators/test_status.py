@@ -176,8 +176,10 @@ async def test_pending_a_run_that_starts_later_or_that_no_worker_here_runs(
         assert status == WorkflowStatus(queued.run_id, "status.sleeper", WorkflowState.PENDING, 0)
         assert status.state == "PENDING"  # a plain str enum
         assert not status.terminated
-    async with running(make_objects, clock) as engine:  # another engine: the same
+    async with running(make_objects, clock, concurrency={"workflows": 0}) as engine:
+        # another engine (that runs nothing: a worker would claim it at once): the same
         assert (await status_of(engine, queued.run_id)).state is WorkflowState.PENDING
+    async with running(make_objects, clock) as engine:
         clock.advance(60)
         engine.queue.promote_scheduled_now()  # not left to the scheduler's next tick
         await entered("later")

@@ -25,7 +25,7 @@ from durable.decorators.jobs.registry import JOBS
 from durable.decorators.registry import DEFAULT_QUEUE, REGISTRY
 from durable.decorators.runtimes import DEFAULT_CONCURRENCY
 from durable.engine.jobs import JobRunner, JobRunnerOptions
-from durable.engine.runtime import WorkerHandle
+from durable.engine.runtime import WorkerHandle, WorkflowRuntime
 from durable.errors import DecoratorError, JobTypeError
 
 if TYPE_CHECKING:
@@ -63,21 +63,24 @@ class JobsService:
     async def start(self, engine: Engine) -> None:
         """Build a runner per job queue, register its job types and spawn its worker."""
         env = JobEnv(engine.codec, engine.clock)
+        mode = engine.mode
+        self._runners = {}
         for queue, job_types in sorted(JOBS.by_queue().items()):
             for job_type in job_types:
                 check_job_queue(queue, f"@job {job_type.NAME!r}")
             limit = engine.concurrency_of(queue, DEFAULT_CONCURRENCY)
             runner = JobRunner(
-                engine.queue,
+                mode.queue,
                 JobRunnerOptions(
                     queue_name=queue, max_concurrent_jobs=max(limit, 1), clock=engine.clock
                 ),
+                make_runtime=lambda r, o: mode.runtime(r, None, o),
             )
             runner.provide(env)
             for job_type in job_types:
                 runner.register(job_type)
             self._runners[queue] = runner
-            if limit > 0:  # 0: this process submits jobs of that queue, runs none
+            if limit > 0 and mode.owner:  # 0 or a client: submits jobs, runs none
                 self._workers.append(runner.spawn())
         self._engine = engine
         _services[engine] = self
@@ -86,6 +89,21 @@ class JobsService:
         """Stop every worker once the jobs it runs have settled."""
         workers, self._workers = self._workers, []
         await asyncio.gather(*(worker.shutdown() for worker in workers))
+        self._forget()
+
+    async def abort(self) -> None:
+        """Stop every worker at once, as a crash would (the engine lost its
+        store: the jobs in flight cannot settle anyway)."""
+        workers, self._workers = self._workers, []
+        await asyncio.gather(*(worker.abort() for worker in workers))
+        self._forget()
+
+    def runtime_of(self, queue: str) -> WorkflowRuntime | None:
+        """The runtime of job queue ``queue``, if this service runs it."""
+        runner = self._runners.get(queue)
+        return runner.runtime if runner is not None else None
+
+    def _forget(self) -> None:
         if self._engine is not None:
             _services.pop(self._engine, None)
             self._engine = None

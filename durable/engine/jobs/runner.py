@@ -27,13 +27,13 @@ import asyncio
 import datetime as _dt
 import hashlib
 import weakref
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, overload
 
 from durable.engine._checks import U32_MAX, check_int, check_str
 from durable.engine.access import RunQueue
-from durable.engine.delivery import Step
+from durable.engine.delivery import Step, StepRunner
 from durable.engine.jobs.codec import decode_job, encode_job, encode_output
 from durable.engine.jobs.context import JobContext
 from durable.engine.jobs.groups import JobGroup
@@ -137,17 +137,28 @@ class JobDispatcher:
 class JobRunner:
     """Typed jobs on one `WorkflowRuntime`; see the module docstring."""
 
-    def __init__(self, queue: RunQueue, options: JobRunnerOptions | None = None) -> None:
+    def __init__(
+        self,
+        queue: RunQueue,
+        options: JobRunnerOptions | None = None,
+        *,
+        make_runtime: Callable[[StepRunner, RuntimeOptions], WorkflowRuntime] | None = None,
+    ) -> None:
+        """``make_runtime(runner, options)`` builds the runtime the jobs run on
+        (default: a `WorkflowRuntime` over ``queue``; a process that does not
+        own the store passes one that sends requests instead)."""
         self.options = options or JobRunnerOptions()
         self._types: dict[str, type[Job[Any]]] = {}
         self._state: dict[type, object] = {}
         self._started = False
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        dispatcher = JobDispatcher(self, self._types, self._state)
+        runtime_options = self.options.runtime_options()
         #: The runtime the jobs run on.
-        self.runtime = WorkflowRuntime(
-            queue,
-            JobDispatcher(self, self._types, self._state),
-            options=self.options.runtime_options(),
+        self.runtime = (
+            make_runtime(dispatcher, runtime_options)
+            if make_runtime is not None
+            else WorkflowRuntime(queue, dispatcher, options=runtime_options)
         )
 
     # ---------------------------------------------------------- configuring
