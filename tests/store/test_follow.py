@@ -11,10 +11,10 @@ from durable._logging import capture_logs
 from durable.errors import CorruptObject, ObjectStoreError, StoreClosed
 from durable.store.clock import MockClock
 from durable.store.log import Follower, LogReader, LogWriter, State, WriteBatch
-from durable.store.log.follow import default_pacing
 from durable.store.log.format import log_name
 from durable.store.objects import FaultyObjectStore, LocalObjectStore, MemoryObjectStore
 from durable.store.objects.base import ObjectStore
+from durable.store.pacing import LOCAL_PACING, OBJECT_STORE_PACING, Pacing
 
 Factory = Callable[[], ObjectStore]
 
@@ -30,20 +30,17 @@ async def open_pair(make_objects: Factory) -> tuple[LogWriter, LogReader]:
     return await LogWriter.open(make_objects()), await LogReader.open(make_objects())
 
 
-def test_default_pacing_by_backend() -> None:
-    assert default_pacing(MemoryObjectStore()) == (0.002, 0.002)
-    assert default_pacing(LocalObjectStore("/nonexistent")) == (0.002, 0.002)
-    remote = FaultyObjectStore(MemoryObjectStore(), latency=0.02)
-    assert default_pacing(remote) == (0.2, 5.0)
-
-
-async def test_defaults_and_bad_options() -> None:
+async def test_defaults_by_backend_and_bad_options() -> None:
     reader = LogReader(MemoryObjectStore(), State(), 0)
     f = Follower(reader)
-    assert (f.busy, f.idle, f.backoff) == (0.002, 0.002, 2.0)
+    assert f.pacing == LOCAL_PACING
+    assert (f.busy, f.idle, f.backoff, f.linger) == (0.002, 0.05, 2.0, 1.0)
+    local = LogReader(LocalObjectStore("/nonexistent"), f.reader.state, 0)
+    assert Follower(local).pacing == LOCAL_PACING
     slow = LogReader(FaultyObjectStore(MemoryObjectStore(), latency=1), f.reader.state, 0)
-    assert (Follower(slow).busy, Follower(slow).idle) == (0.2, 5.0)
+    assert Follower(slow).pacing == OBJECT_STORE_PACING
     assert Follower(slow, busy=10).idle == 10  # the default idle never undercuts busy
+    assert Follower(slow, busy=0.1, idle=1, linger=0.5).pacing == Pacing(0.1, 1, 2.0, 0.5)
     for kwargs in (
         {"busy": 0},
         {"busy": -1},
@@ -52,6 +49,8 @@ async def test_defaults_and_bad_options() -> None:
         {"busy": 1, "idle": 0.5},
         {"backoff": 0.5},
         {"busy": "1"},
+        {"linger": -1},
+        {"linger": float("nan")},
     ):
         with pytest.raises(ValueError, match="Follower"):
             Follower(reader, **kwargs)  # type: ignore[arg-type]
@@ -95,7 +94,7 @@ async def test_empty_polls_back_off_to_idle_and_news_brings_back_the_busy_pace(
     make_objects: Factory,
 ) -> None:
     w, reader = await open_pair(make_objects)
-    follower = Follower(reader, busy=0.001, idle=0.008, backoff=2)
+    follower = Follower(reader, busy=0.001, idle=0.008, backoff=2, linger=0)
     follower.start()
     seen = []
     for _ in range(5):
@@ -108,6 +107,33 @@ async def test_empty_polls_back_off_to_idle_and_news_brings_back_the_busy_pace(
     while reader.state.get(b"k") is None:
         await asyncio.wait_for(follower.refreshed(), SOON)
     assert follower.interval == 0.001  # that poll found news: busy again
+    await follower.stop()
+    await w.close()
+
+
+async def test_an_idle_follower_backs_off_to_20_polls_a_second(make_objects: Factory) -> None:
+    """Issue 14 point 3: polling a local directory every 2 ms for ever cost
+    14-20% of a core per idle client; once quiet for the linger, it polls
+    every 50 ms (the default pacing)."""
+    w = await LogWriter.open(make_objects())
+    objects = FaultyObjectStore(make_objects())  # counts calls; no latency: still local
+    reader = await LogReader.open(objects)
+    follower = Follower(reader)
+    assert follower.pacing == LOCAL_PACING
+    follower.start()
+    await w.commit(put(b"k", b"1"))
+    while reader.state.get(b"k") is None:
+        await asyncio.wait_for(follower.refreshed(), SOON)
+    await asyncio.sleep(LOCAL_PACING.linger + 0.2)  # quiet: backed off to idle by now
+    gets = objects.calls["get"]
+    await asyncio.sleep(0.5)
+    gets = objects.calls["get"] - gets
+    assert 3 <= gets <= 15  # 0.5 s / 50 ms = 10 (at 2 ms: 250)
+    await w.commit(put(b"k", b"2"))
+    with follower.keep_busy():  # a caller waits: busy again at once
+        assert follower.interval == LOCAL_PACING.busy
+        while reader.state.get(b"k") != b"2":
+            await asyncio.wait_for(follower.refreshed(), SOON)
     await follower.stop()
     await w.close()
 
@@ -129,7 +155,7 @@ async def test_wake_polls_at_once(make_objects: Factory) -> None:
 
 async def test_keep_busy_holds_the_busy_pace(make_objects: Factory) -> None:
     w, reader = await open_pair(make_objects)
-    follower = Follower(reader, busy=0.001, idle=60)
+    follower = Follower(reader, busy=0.001, idle=60, linger=0)
     follower.start()
     await asyncio.wait_for(follower.refreshed(), SOON)
     assert follower.interval > 0.001  # nothing new: backing off

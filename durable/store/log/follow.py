@@ -1,15 +1,16 @@
 """`Follower`: keeps a `LogReader` caught up, in the background.
 
-A task polls the reader (`LogReader.poll`, the cheap GET tail) every
-``busy`` seconds while something happens: the last poll found new commits,
-someone called `Follower.wake`, or someone holds `Follower.keep_busy`.
-After a poll that finds nothing new, the interval grows by ``backoff`` up to
-``idle``. The defaults depend on the backend (`ObjectStore.is_local`):
+A task polls the reader (`LogReader.poll`, the cheap GET tail) at the pace
+of a `durable.store.pacing.Pacer`: every ``busy`` seconds while something
+happens (the last poll found new commits, someone called `Follower.wake`,
+or someone holds `Follower.keep_busy`) and for ``linger`` seconds after,
+then backing off by ``backoff`` per empty poll up to ``idle``. The
+defaults depend on the backend (`durable.store.pacing.default_pacing`):
 
-| backend | busy | idle | idle requests per second |
-|---|---|---|---|
-| local directory, memory | 2 ms | 2 ms (no back-off) | ~500 GETs, 50 LISTs of ``ckpt/`` |
-| object stores | 0.2 s | 5 s | 0.2 GETs, a LIST of ``ckpt/`` every 50 s |
+| backend | busy | linger | idle | idle requests per second |
+|---|---|---|---|---|
+| local directory, memory | 2 ms | 1 s | 50 ms | 20 GETs, 2 LISTs of ``ckpt/`` |
+| object stores | 0.2 s | 0 | 5 s | 0.2 GETs, a LIST of ``ckpt/`` every 50 s |
 
 (A GET of a missing file is one failed ``open``; the LIST, one ``scandir``
 of ``ckpt/``: one LIST per `LogReader.list_every` empty polls.)
@@ -38,27 +39,14 @@ from durable._logging import get_logger
 from durable.errors import StoreClosed
 from durable.store.clock import Clock
 from durable.store.log.reader import LogReader
-from durable.store.objects.base import ObjectStore
+from durable.store.pacing import Pacer, Pacing, default_pacing
 
-__all__ = ["Follower", "default_pacing"]
+__all__ = ["Follower"]
 
 log = get_logger("durable.store.log")
 
-#: Poll interval while busy on a local directory or in memory (and idle too).
-LOCAL_BUSY = 0.002
-#: Poll interval while busy on an object store.
-REMOTE_BUSY = 0.2
-#: Poll interval once idle on an object store.
-REMOTE_IDLE = 5.0
 #: Failed polls back off up to ``max(idle, this)`` seconds.
 MAX_ERROR_DELAY = 5.0
-
-
-def default_pacing(objects: ObjectStore) -> tuple[float, float]:
-    """``(busy, idle)`` poll intervals for ``objects``, by `ObjectStore.is_local`."""
-    if objects.is_local:
-        return LOCAL_BUSY, LOCAL_BUSY
-    return REMOTE_BUSY, REMOTE_IDLE
 
 
 def _seconds(value: object, what: str) -> float:
@@ -72,10 +60,11 @@ def _seconds(value: object, what: str) -> float:
 class Follower:
     """Polls ``reader`` in the background; see the module docstring.
 
-    ``busy`` and ``idle`` default by backend (`default_pacing`); ``idle``
-    must be at least ``busy``, and ``backoff`` (the factor the interval
-    grows by per empty poll) at least 1. ``clock``, if given, stamps
-    `last_refresh_ms`; it does not pace the polls.
+    ``busy``, ``idle`` and ``linger`` default by backend
+    (`durable.store.pacing.default_pacing`); ``idle`` must be at least
+    ``busy``, and ``backoff`` (the factor the interval grows by per empty
+    poll) at least 1. ``clock``, if given, stamps `last_refresh_ms`; it
+    does not pace the polls.
     """
 
     def __init__(
@@ -86,28 +75,28 @@ class Follower:
         busy: float | None = None,
         idle: float | None = None,
         backoff: float = 2.0,
+        linger: float | None = None,
     ) -> None:
-        default_busy, default_idle = default_pacing(reader.objects)
+        defaults = default_pacing(reader.objects)
         self.reader = reader
         self.clock = clock
-        #: The poll interval while something happens (seconds).
-        self.busy = _seconds(default_busy if busy is None else busy, "busy")
-        #: The longest interval, reached after enough empty polls (seconds).
-        self.idle = _seconds(max(default_idle, self.busy) if idle is None else idle, "idle")
-        if self.idle < self.busy:
-            raise ValueError(f"Follower idle ({self.idle} s) must be >= busy ({self.busy} s)")
+        busy = _seconds(defaults.busy if busy is None else busy, "busy")
+        idle = _seconds(max(defaults.idle, busy) if idle is None else idle, "idle")
+        if idle < busy:
+            raise ValueError(f"Follower idle ({idle} s) must be >= busy ({busy} s)")
         if isinstance(backoff, bool) or not isinstance(backoff, int | float) or not backoff >= 1:
             raise ValueError(f"Follower backoff must be a number >= 1, got {backoff!r}")
-        self.backoff = float(backoff)
+        if linger is None:
+            linger = defaults.linger
+        elif isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
+            raise ValueError(f"Follower linger must be a number of seconds >= 0, got {linger!r}")
+        self._pacer = Pacer(Pacing(busy, idle, float(backoff), float(linger)))
         #: Polls done, and polls that failed, since construction.
         self.polls = 0
         self.errors = 0
         #: `clock`'s time when the last successful poll began (None: none yet,
         #: or no clock given).
         self.last_refresh_ms: int | None = None
-        self._interval = self.busy
-        self._holds = 0
-        self._wake = asyncio.Event()
         self._next: list[asyncio.Future[None]] = []
         self._task: asyncio.Task[None] | None = None
 
@@ -119,9 +108,34 @@ class Follower:
         return self._task is not None and not self._task.done()
 
     @property
+    def pacing(self) -> Pacing:
+        """The poll intervals (`durable.store.pacing.Pacing`)."""
+        return self._pacer.pacing
+
+    @property
+    def busy(self) -> float:
+        """The poll interval while something happens (seconds)."""
+        return self._pacer.pacing.busy
+
+    @property
+    def idle(self) -> float:
+        """The longest interval, reached after enough empty polls (seconds)."""
+        return self._pacer.pacing.idle
+
+    @property
+    def backoff(self) -> float:
+        """The factor the interval grows by per empty poll."""
+        return self._pacer.pacing.backoff
+
+    @property
+    def linger(self) -> float:
+        """Seconds the busy pace lasts after the last activity."""
+        return self._pacer.pacing.linger
+
+    @property
     def interval(self) -> float:
         """The seconds the follower waits after its last poll (unless woken)."""
-        return self._interval
+        return self._pacer.interval
 
     def start(self) -> None:
         """Start polling now (the first poll runs at once). Idempotent."""
@@ -141,20 +155,16 @@ class Follower:
 
     def wake(self) -> None:
         """Poll as soon as the poll in progress (if any) is done, and at the
-        busy pace from then on until polls find nothing new again."""
-        self._interval = self.busy
-        self._wake.set()
+        busy pace from then on until polls find nothing new again (for
+        ``linger`` seconds)."""
+        self._pacer.wake()
 
     @contextlib.contextmanager
     def keep_busy(self) -> Iterator[None]:
         """Poll at the busy pace while this is held (e.g. while a caller waits
         on a watcher of the reader); entering it wakes the follower."""
-        self._holds += 1
-        self.wake()
-        try:
+        with self._pacer.keep_busy():
             yield
-        finally:
-            self._holds -= 1
 
     async def refreshed(self) -> None:
         """Wait until a poll that begins after this call has completed.
@@ -179,8 +189,9 @@ class Follower:
 
     async def _run(self) -> None:
         failures = 0
+        pacer = self._pacer
         while True:
-            self._wake.clear()
+            pacer.begin()
             waiters, self._next = self._next, []
             before = self.reader.seq
             started = self.clock.now_ms() if self.clock is not None else None
@@ -200,23 +211,11 @@ class Follower:
                 failures = 0
                 if started is not None:
                     self.last_refresh_ms = started
-                if self.reader.seq != before or self._holds:
-                    self._interval = self.busy
-                else:
-                    self._interval = min(self._interval * self.backoff, self.idle)
-                delay = self._interval
+                delay = pacer.polled(found=self.reader.seq != before)
                 for fut in waiters:
                     if not fut.done():
                         fut.set_result(None)
-            await self._sleep(delay)
-
-    async def _sleep(self, delay: float) -> None:
-        """Wait ``delay`` seconds of the loop's time, or until `wake`."""
-        if self._wake.is_set():
-            return
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(delay):
-                await self._wake.wait()
+            await pacer.sleep(delay)
 
     def _close(self, error: BaseException) -> None:
         log.debug("follower stopped: reader closed", url=self.reader.url)
