@@ -214,7 +214,7 @@ async def _latency(prefix: str, runs: int) -> list[float]:
     return out
 
 
-class _Idle:
+class _Meter:
     """Object calls and process CPU over a window opened by `begin`."""
 
     def __init__(self, store: CountingStore) -> None:
@@ -241,7 +241,7 @@ class _Idle:
 
 
 async def _serve_commands(engine: Engine, store: CountingStore, conn: Connection) -> None:
-    idle = _Idle(store)
+    meter = _Meter(store)
     while True:
         cmd, *args = await _recv(conn)
         reply: Any
@@ -251,11 +251,11 @@ async def _serve_commands(engine: Engine, store: CountingStore, conn: Connection
             reply = await _throughput(*args)
         elif cmd == "latency":
             reply = await _latency(*args)
-        elif cmd == "idle_begin":
-            idle.begin()
+        elif cmd == "meter_begin":
+            meter.begin()
             reply = None
-        elif cmd == "idle_end":
-            reply = idle.end()
+        elif cmd == "meter_end":
+            reply = meter.end()
         elif cmd == "owner":
             reply = engine.owner
         elif cmd == "wait_owner":
@@ -386,6 +386,19 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
         return p
 
     figures: dict[str, Any] = {"ttl_s": timing[0], "heartbeat_s": timing[1]}
+
+    def meter_all(cmd: str) -> dict[str, float]:
+        """Send ``cmd`` to every live process; on ``meter_end``, CPU seconds by role."""
+        live = [p for p in procs if p.proc.is_alive()]
+        for p in live:
+            p.send(cmd)
+        replies = [(p.role, p.recv()) for p in live]
+        cpu: dict[str, float] = collections.defaultdict(float)
+        for role, reply in replies:
+            if reply is not None:
+                cpu["clients" if role == "client" else role] += round(reply["cpu_s"], 3)
+        return dict(cpu)
+
     try:
         worker = spawn("worker")
         if not worker.ready():
@@ -405,14 +418,23 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
             c.send("throughput", f"warm{i}", 2, steps, chunk)
         for c in clients:
             c.recv()
+        meter_all("meter_begin")
         r = worker.call("throughput", "inproc", runs, steps, chunk)
         inproc = runs / (r["t1"] - r["t0"])
+        inproc_cpu = meter_all("meter_end")
         quarter = runs // len(clients)
+        meter_all("meter_begin")
         for i, c in enumerate(clients):
             c.send("throughput", f"client{i}", quarter, steps, chunk)
         rs = [c.recv() for c in clients]
         span = max(x["t1"] for x in rs) - min(x["t0"] for x in rs)
         client = quarter * len(clients) / span
+        client_cpu = meter_all("meter_end")
+        for phase, cpu in (("inproc", inproc_cpu), ("client", client_cpu)):
+            figures[f"{phase}_throughput_cpu_s_worker"] = cpu["worker"]
+            figures[f"{phase}_throughput_cpu_s_standby"] = cpu["standby"]
+            figures[f"{phase}_throughput_cpu_s_clients"] = cpu["clients"]
+        log(f"throughput cpu s: in-process phase {inproc_cpu}, client phase {client_cpu}")
         figures.update(
             {
                 "throughput_runs": runs,
@@ -459,12 +481,12 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
         time.sleep(sizes["idle_settle"])
         watched = {"worker": worker, "standby": standby, "client": clients[0]}
         for p in procs:
-            p.call("idle_begin")
+            p.call("meter_begin")
         time.sleep(sizes["idle_window"])
-        idle = {role: p.call("idle_end") for role, p in watched.items()}
+        idle = {role: p.call("meter_end") for role, p in watched.items()}
         for p in procs:
             if p not in watched.values():
-                p.call("idle_end")
+                p.call("meter_end")
         for role in watched:
             figures.update(_idle_figures(role, idle[role]))
         figures["idle_window_s"] = sizes["idle_window"]

@@ -138,6 +138,28 @@ async def test_an_idle_follower_backs_off_to_20_polls_a_second(make_objects: Fac
     await w.close()
 
 
+async def test_a_pending_watch_holds_the_busy_pace(make_objects: Factory) -> None:
+    """A caller waiting on a key (a client's ``handle.result()``) is served
+    at the busy pace however long the run takes, not at the idle one."""
+    w, reader = await open_pair(make_objects)
+    follower = Follower(reader, busy=0.001, idle=60, linger=0)
+    follower.start()
+    await asyncio.wait_for(follower.refreshed(), SOON)
+    await asyncio.wait_for(follower.refreshed(), SOON)
+    assert follower.interval > 0.001  # nothing new, nobody waits: backing off
+    watch = reader.watchers.watch(b"k")  # wakes the follower
+    for _ in range(5):
+        await asyncio.wait_for(follower.refreshed(), SOON)
+        assert follower.interval == 0.001
+    await w.commit(put(b"k", b"1"))
+    await asyncio.wait_for(watch, SOON)
+    await asyncio.wait_for(follower.refreshed(), SOON)
+    await asyncio.wait_for(follower.refreshed(), SOON)
+    assert follower.interval > 0.001  # the wait ended: backing off again
+    await follower.stop()
+    await w.close()
+
+
 async def test_wake_polls_at_once(make_objects: Factory) -> None:
     w, reader = await open_pair(make_objects)
     follower = Follower(reader, busy=60, idle=60)  # left alone, it would not poll again

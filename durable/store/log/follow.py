@@ -2,8 +2,9 @@
 
 A task polls the reader (`LogReader.poll`, the cheap GET tail) at the pace
 of a `durable.store.pacing.Pacer`: every ``busy`` seconds while something
-happens (the last poll found new commits, someone called `Follower.wake`,
-or someone holds `Follower.keep_busy`) and for ``linger`` seconds after,
+happens (the last poll found new commits, someone waits on a key of the
+reader's `LogReader.watchers`, someone called `Follower.wake`, or holds
+`Follower.keep_busy`) and for ``linger`` seconds after,
 then backing off by ``backoff`` per empty poll up to ``idle``. The
 defaults depend on the backend (`durable.store.pacing.default_pacing`):
 
@@ -211,7 +212,9 @@ class Follower:
                 failures = 0
                 if started is not None:
                     self.last_refresh_ms = started
-                delay = pacer.polled(found=self.reader.seq != before)
+                # Someone waits on a key of the reader: keep the busy pace.
+                waiting = bool(self.reader.watchers)
+                delay = pacer.polled(found=self.reader.seq != before or waiting)
                 for fut in waiters:
                     if not fut.done():
                         fut.set_result(None)
