@@ -61,6 +61,7 @@ import collections
 import contextlib
 import json
 import multiprocessing
+import multiprocessing.connection
 import os
 import shutil
 import signal
@@ -411,33 +412,39 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
             c.ready()
         log("worker, standby and 4 clients ready")
 
-        # Throughput: in-process, then the four clients together.
+        # Throughput: rounds of in-process, then the four clients together.
         runs, steps, chunk = sizes["runs"], sizes["steps"], sizes["chunk"]
-        r = worker.call("throughput", "warm", chunk, steps, chunk)
+        rounds = sizes["rounds"]
+        worker.call("throughput", "warm", chunk, steps, chunk)
         for i, c in enumerate(clients):
             c.send("throughput", f"warm{i}", 2, steps, chunk)
         for c in clients:
             c.recv()
-        meter_all("meter_begin")
-        r = worker.call("throughput", "inproc", runs, steps, chunk)
-        inproc = runs / (r["t1"] - r["t0"])
-        inproc_cpu = meter_all("meter_end")
         quarter = runs // len(clients)
-        meter_all("meter_begin")
-        for i, c in enumerate(clients):
-            c.send("throughput", f"client{i}", quarter, steps, chunk)
-        rs = [c.recv() for c in clients]
-        span = max(x["t1"] for x in rs) - min(x["t0"] for x in rs)
-        client = quarter * len(clients) / span
-        client_cpu = meter_all("meter_end")
-        for phase, cpu in (("inproc", inproc_cpu), ("client", client_cpu)):
-            figures[f"{phase}_throughput_cpu_s_worker"] = cpu["worker"]
-            figures[f"{phase}_throughput_cpu_s_standby"] = cpu["standby"]
-            figures[f"{phase}_throughput_cpu_s_clients"] = cpu["clients"]
-        log(f"throughput cpu s: in-process phase {inproc_cpu}, client phase {client_cpu}")
+        seconds = {"inproc": 0.0, "client": 0.0}
+        cpu: dict[str, collections.Counter[str]] = {
+            "inproc": collections.Counter(),
+            "client": collections.Counter(),
+        }
+        for n in range(rounds):
+            meter_all("meter_begin")
+            r = worker.call("throughput", f"inproc{n}", quarter * len(clients), steps, chunk)
+            seconds["inproc"] += r["t1"] - r["t0"]
+            cpu["inproc"].update(meter_all("meter_end"))
+            meter_all("meter_begin")
+            for i, c in enumerate(clients):
+                c.send("throughput", f"client{n}-{i}", quarter, steps, chunk)
+            rs = [c.recv() for c in clients]
+            seconds["client"] += max(x["t1"] for x in rs) - min(x["t0"] for x in rs)
+            cpu["client"].update(meter_all("meter_end"))
+        inproc = rounds * quarter * len(clients) / seconds["inproc"]
+        client = rounds * quarter * len(clients) / seconds["client"]
+        for phase, used in cpu.items():
+            for role in ("worker", "standby", "clients"):
+                figures[f"{phase}_throughput_cpu_s_{role}"] = round(used[role], 3)
         figures.update(
             {
-                "throughput_runs": runs,
+                "throughput_runs": rounds * quarter * len(clients),
                 "throughput_steps_per_run": steps,
                 "inproc_runs_per_s": round(inproc, 1),
                 "client_runs_per_s": round(client, 1),
@@ -445,8 +452,9 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
             }
         )
         log(
-            f"throughput {runs} x {steps} steps: in-process {inproc:.1f}/s, "
-            f"4 clients {client:.1f}/s"
+            f"throughput {rounds} rounds of {runs} x {steps} steps: in-process {inproc:.1f}/s, "
+            f"4 clients {client:.1f}/s; process CPU s {dict(cpu['inproc'])} / "
+            f"{dict(cpu['client'])}"
         )
 
         # Latency: alternating blocks, one client and the worker.
@@ -512,9 +520,16 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
         joined.send("wait_owner", 120.0)
         t_term = time.monotonic()
         os.kill(standby.proc.pid, signal.SIGTERM)
-        owned = joined.recv()
-        standby.proc.join(120)
-        exited = time.monotonic()
+        owned, exited = None, None
+        while owned is None or exited is None:  # whichever comes first
+            ready = multiprocessing.connection.wait([joined.conn, standby.proc.sentinel], 120)
+            if not ready:
+                raise TimeoutError("no takeover within 120 s of SIGTERM")
+            if standby.proc.sentinel in ready and exited is None:
+                exited = time.monotonic()
+            if joined.conn in ready and owned is None:
+                owned = joined.recv()
+        standby.proc.join(60)
         figures["takeover_after_sigterm_s"] = round(owned - t_term, 3)
         figures["sigterm_exit_s"] = round(exited - t_term, 3)
         if standby.proc.exitcode != 0:
@@ -535,7 +550,8 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
 #: Sizes by ``--quick``, then by (``--quick``, backend) where they differ.
 SIZES: dict[Any, dict[str, Any]] = {
     False: {
-        "runs": 400,  # 10-step runs, split between the 4 clients
+        "runs": 200,  # 10-step runs per round, split between the 4 clients
+        "rounds": 3,  # alternating in-process and client rounds
         "steps": 10,
         "chunk": 50,  # concurrent starts per process
         "latency_blocks": 10,  # alternating blocks of one-step runs ...
@@ -544,9 +560,10 @@ SIZES: dict[Any, dict[str, Any]] = {
         "idle_window": 30.0,
         "timing": (15.0, 3.0),  # ttl, heartbeat: the Engine defaults
     },
-    (False, "latency"): {"runs": 200, "latency_blocks": 5, "latency_block": 10},
+    (False, "latency"): {"runs": 100, "rounds": 2, "latency_blocks": 5, "latency_block": 10},
     True: {
         "runs": 40,
+        "rounds": 1,
         "steps": 10,
         "chunk": 10,
         "latency_blocks": 2,
