@@ -90,9 +90,12 @@ async def test_refreshed_waits_for_a_poll_that_begins_after_the_call(
     await w.close()
 
 
-async def test_empty_polls_back_off_to_idle_and_news_brings_back_the_busy_pace(
+async def test_empty_polls_back_off_to_idle_and_news_alone_does_not_bring_back_the_busy_pace(
     make_objects: Factory,
 ) -> None:
+    """A view nobody waits on trails the log by up to ``idle``: following a
+    busy log at the busy pace cost every idle client and standby more CPU
+    than the owner spent running the work (issue 14, bench_clients)."""
     w, reader = await open_pair(make_objects)
     follower = Follower(reader, busy=0.001, idle=0.008, backoff=2, linger=0)
     follower.start()
@@ -106,7 +109,11 @@ async def test_empty_polls_back_off_to_idle_and_news_brings_back_the_busy_pace(
     await w.commit(put(b"k", b"1"))
     while reader.state.get(b"k") is None:
         await asyncio.wait_for(follower.refreshed(), SOON)
-    assert follower.interval == 0.001  # that poll found news: busy again
+    assert follower.interval == 0.008  # news, but nobody waits: still idle
+    watch = reader.watchers.watch(b"k")  # a caller waits: busy at once
+    assert follower.interval == 0.001
+    await w.commit(put(b"k", b"2"))
+    await asyncio.wait_for(watch, SOON)
     await follower.stop()
     await w.close()
 

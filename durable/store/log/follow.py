@@ -1,12 +1,15 @@
 """`Follower`: keeps a `LogReader` caught up, in the background.
 
 A task polls the reader (`LogReader.poll`, the cheap GET tail) at the pace
-of a `durable.store.pacing.Pacer`: every ``busy`` seconds while something
-happens (the last poll found new commits, someone waits on a key of the
-reader's `LogReader.watchers`, someone called `Follower.wake`, or holds
-`Follower.keep_busy`) and for ``linger`` seconds after,
-then backing off by ``backoff`` per empty poll up to ``idle``. The
-defaults depend on the backend (`durable.store.pacing.default_pacing`):
+of a `durable.store.pacing.Pacer`: every ``busy`` seconds while someone
+waits (on a key of the reader's `LogReader.watchers`, which wakes the
+follower, or holding `Follower.keep_busy`) or called `Follower.wake`, and
+for ``linger`` seconds after; then it waits ``backoff`` times longer after
+each poll, up to ``idle``. New commits that nobody waits for do not bring
+back the busy pace: a view nobody waits on trails the log by up to
+``idle`` (following a busy log every 2 ms cost each idle client and
+standby more CPU than the owner spent running the work). The defaults
+depend on the backend (`durable.store.pacing.default_pacing`):
 
 | backend | busy | linger | idle | idle requests per second |
 |---|---|---|---|---|
@@ -92,6 +95,7 @@ class Follower:
         elif isinstance(linger, bool) or not isinstance(linger, int | float) or not linger >= 0:
             raise ValueError(f"Follower linger must be a number of seconds >= 0, got {linger!r}")
         self._pacer = Pacer(Pacing(busy, idle, float(backoff), float(linger)))
+        reader.watchers.on_watch = self.wake  # a caller waits: poll at once, then busy
         #: Polls done, and polls that failed, since construction.
         self.polls = 0
         self.errors = 0
@@ -194,7 +198,6 @@ class Follower:
         while True:
             pacer.begin()
             waiters, self._next = self._next, []
-            before = self.reader.seq
             started = self.clock.now_ms() if self.clock is not None else None
             self.polls += 1
             try:
@@ -212,9 +215,9 @@ class Follower:
                 failures = 0
                 if started is not None:
                     self.last_refresh_ms = started
-                # Someone waits on a key of the reader: keep the busy pace.
-                waiting = bool(self.reader.watchers)
-                delay = pacer.polled(found=self.reader.seq != before or waiting)
+                # Busy while someone waits on a key of the reader; news that
+                # nobody waits for is applied at the idle pace.
+                delay = pacer.polled(found=bool(self.reader.watchers))
                 for fut in waiters:
                     if not fut.done():
                         fut.set_result(None)
