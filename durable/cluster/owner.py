@@ -31,9 +31,10 @@ the engine's workers and closes its queue, the host lock is let go, and if
 the chain still names this member it writes a release version, so that
 the lowest live standby (perhaps this member again) acquires. On a local
 directory the owner also holds the host lock `OWNER_LOCK` (through the
-``lock`` callback): a standby on the same host that gets it knows at once
-that the owner let it go (a process's locks die with it), instead of
-waiting a ttl.
+``lock`` callback): a standby on the same host tries it every `LOCK_POLL`
+seconds while the owner says it holds it there, and one that gets it knows
+at once that the owner let it go (a process's locks die with it), instead
+of waiting a ttl.
 
 `Ownership.release` (on close) calls ``on_release`` (the engine drains and
 closes its queue with a final checkpoint), then writes the release version,
@@ -101,6 +102,9 @@ DEFAULT_HEARTBEAT = 3.0
 SELF_FENCE_FRACTION = 0.8
 #: The host lock an owner holds on stores that have one (a local directory).
 OWNER_LOCK = "cluster/owner.lock"
+#: Seconds between two tries of the host lock by a standby on the owner's
+#: host (a try is a non-blocking ``flock``: a system call, no I/O).
+LOCK_POLL = 0.05
 
 
 def check_timing(ttl: float, heartbeat: float) -> tuple[float, float]:
@@ -289,6 +293,8 @@ class Ownership:
             await self._leave()
             raise
         self._loops.append(self._task(self._watch_loop(), "watch"))
+        if self._lock_fn is not None:
+            self._loops.append(self._task(self._lock_loop(), "host lock"))
 
     async def release(self) -> None:
         """Leave (on close): if this member owns the store, ``on_release()``
@@ -370,6 +376,41 @@ class Ownership:
                 self._log.warning("ownership check failed", error=str(e))
             except Exception as e:  # a bug: keep the member alive, say why
                 self._log.error("ownership check crashed", error=repr(e))
+
+    async def _lock_loop(self) -> None:
+        """A standby on the owner's host: try the host lock every `LOCK_POLL`
+        s, and decide at once when it is free (the owner's process is gone),
+        not at the next heartbeat."""
+        assert self._lock_fn is not None
+        while True:
+            await self.clock.sleep(LOCK_POLL)
+            if self._releasing:
+                return
+            if not self._owner_locks_here():
+                continue
+            try:
+                async with self._transition:
+                    if not self._owner_locks_here():
+                        continue
+                    self._held = await self._lock_fn(OWNER_LOCK)
+                    if self._held is not None:
+                        await self._tick()  # acquires, or gives the lock back
+            except ObjectStoreError as e:
+                self._log.warning("ownership check failed", error=str(e))
+            except Exception as e:  # a bug: keep the member alive, say why
+                self._log.error("ownership check crashed", error=repr(e))
+
+    def _owner_locks_here(self) -> bool:
+        """A standby that holds no lock, and the owner the chain names last
+        said it holds the host lock on this member's host."""
+        head = self._chain.head
+        if self._state is not State.STANDBY or self._writer is not None or self._held is not None:
+            return False
+        if head is None or head.owner in (None, self.member_id):
+            return False
+        assert head.owner is not None
+        record = self._live.record(head.owner)
+        return record is not None and record.role is Role.OWNER and record.locked_on == self.host
 
     async def _tick(self, *, first: bool = False) -> None:
         if self._releasing:

@@ -11,7 +11,7 @@ open-marker fencing works underneath; its `StoreOwner.commit` checks the
 ownership's validity first, as `LogWriter.set_validity` does.
 
 `Sim.advance` moves time step by step, lets every running member settle
-(its two loops parked on its clock, no transition in progress), lets
+(its loops parked on its clock, no transition in progress), lets
 every owner try a commit, and checks the invariants at every step.
 """
 
@@ -335,12 +335,14 @@ class Sim:
                 )
 
     async def settle(self) -> None:
-        """Until every running member is parked: its two loops asleep on its
-        clock, no acquisition, loss or release in progress."""
+        """Until every running member is parked: its loops (heartbeat, watch,
+        and with host locks the lock poll) asleep on its clock, no
+        acquisition, loss or release in progress."""
+        loops = 2 if self.locks is None else 3
         for _ in range(3):
             for m in self.running():
                 async with asyncio.timeout(5):
-                    await m.clock.wait_for_sleepers(2)
+                    await m.clock.wait_for_sleepers(loops)
                     await m.ownership.wait_idle()
 
     async def step(self, seconds: float) -> None:

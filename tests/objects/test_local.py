@@ -313,3 +313,23 @@ async def test_an_unwritable_directory_fails_at_once(tmp_path: Path) -> None:
         assert not info.value.transient
     finally:
         root.chmod(0o700)
+
+
+async def test_get_of_an_absent_name_answers_without_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A follower polls for the next log object's name hundreds of times a
+    second while busy: the absent answer costs a ``stat``, not a thread hop."""
+    store = LocalObjectStore(tmp_path)
+    await store.put("log/1", b"x")
+
+    def no_thread(*args: object, **kwargs: object) -> None:
+        raise AssertionError("a thread for an absent name")
+
+    monkeypatch.setattr(asyncio, "to_thread", no_thread)
+    with pytest.raises(ObjectNotFound):
+        await store.get("log/2")
+    with pytest.raises(ObjectNotFound):
+        await store.get("nodir/2")
+    monkeypatch.undo()
+    assert await store.get("log/1") == b"x"  # a present one: read in the thread

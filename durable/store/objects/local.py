@@ -18,7 +18,11 @@ garbage, never an object.
 
 Every call does its whole sequence of system calls in one worker thread
 (`asyncio.to_thread`), off the event loop. A call whose task is cancelled
-still finishes its file operations in the thread.
+still finishes its file operations in the thread. One exception: `get`
+first looks the name up on the event loop (a ``stat``, which touches no
+file data) and answers `ObjectNotFound` for an absent name without a
+thread: the log's followers poll for the next object's name hundreds of
+times a second while busy, and the thread hop cost more than the lookup.
 
 Unlike a bucket, a directory cannot hold both ``"a"`` and ``"a/b"``: such a
 write fails with `ObjectStoreError`. Directories emptied by `delete` stay.
@@ -108,6 +112,12 @@ class LocalObjectStore(ObjectStore):
     async def get(self, name: str) -> bytes:
         """The whole object ``name``; `ObjectNotFound` if absent."""
         path = self._path(name)
+        try:
+            os.stat(path)
+        except OSError as exc:
+            if exc.errno in _ABSENT:
+                raise ObjectNotFound(name) from None
+            # any other error: the thread's read says what it is
         return await asyncio.to_thread(self._get, name, path)
 
     async def put(self, name: str, data: bytes) -> None:
