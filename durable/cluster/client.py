@@ -112,7 +112,6 @@ class ClientQueue:
         self.follower = follower if follower is not None else Follower(reader.reader)
         #: Where this client's requests go.
         self.inbox = InboxWriter(self._objects, clock, retry_seconds=retry_seconds)
-        reader.reader.watchers.on_watch = self.follower.wake
 
     @classmethod
     async def open(
