@@ -278,7 +278,10 @@ class StoreNotInitialized(StoreError):
     transient = True
 
     def __init__(self, url: str) -> None:
-        super().__init__(f"no durable store at {url!r} (no writer has opened it yet)")
+        super().__init__(
+            f"no durable store at {url!r} (no writer has opened it yet): start a worker "
+            "on it first (`Engine(url)`, which creates the store), or check the URL"
+        )
         self.url = url
 
 

@@ -130,7 +130,7 @@ async def test_a_client_writes_nothing_but_requests(
 async def test_a_client_of_a_store_nobody_opened_is_told_so(clock: MockClock) -> None:
     from durable.store.objects import MemoryObjectStore
 
-    with pytest.raises(StoreNotInitialized):
+    with pytest.raises(StoreNotInitialized, match=r"no durable store at .*start a worker"):
         await ClientQueue.open(MemoryObjectStore(), clock)
 
 
