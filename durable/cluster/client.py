@@ -42,11 +42,11 @@ from durable.engine import keys
 from durable.engine.delivery import StepRunner
 from durable.engine.groups import GroupRetention
 from durable.engine.hooks import TerminalHook
-from durable.engine.records import GroupMembership
+from durable.engine.records import GroupMembership, input_digest
 from durable.engine.runs import RunEnd, RunSpec, SubmitOutcome, Terminated
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 from durable.engine.signals import SignalOutcome
-from durable.errors import InvalidArgument, ReadOnlyStore
+from durable.errors import InputMismatch, InvalidArgument, ReadOnlyStore
 from durable.store.clock import Clock
 from durable.store.ids import IdGenerator
 from durable.store.kv import KvNamespace
@@ -105,6 +105,9 @@ class ClientQueue:
         self._objects = reader.reader.objects
         self._writer = _ClientWriter(self._objects)
         self._ids = IdGenerator(clock)
+        #: The runs this client submitted that its view did not show yet when
+        #: last asked: run id -> input (`ClientRuntime.pending_input`).
+        self.started: dict[str, bytes] = {}
         #: Keeps the view caught up with the log (started by `open`).
         self.follower = follower if follower is not None else Follower(reader.reader)
         #: Where this client's requests go.
@@ -306,7 +309,6 @@ class ClientRuntime(WorkflowRuntime):
         #: The client store this runtime reads and sends requests through.
         self.client = queue
         self.group_markers = _ClientGroupMarks(self)
-        self._started: set[str] = set()
 
     async def submit_member(
         self,
@@ -314,6 +316,7 @@ class ClientRuntime(WorkflowRuntime):
         member: GroupMembership | None,
         *,
         internal: Mapping[bytes, bytes] | None = None,
+        once: bool = False,
     ) -> SubmitOutcome:
         """As `WorkflowRuntime.submit_member`, through the inbox; see the module
         docstring. ``newly_submitted`` is True when this client wrote the
@@ -331,8 +334,15 @@ class ClientRuntime(WorkflowRuntime):
         existing = self.view.run_record(run_id)
         if existing is not None:
             return self._duplicate(existing, spec.input)
-        new = await self.client.inbox.submit(self.options.queue_name, spec, member, internal)
-        self._started.add(run_id)
+        if once and (ended := self.view.terminal_record(run_id)) is not None:
+            digest = ended.input_sha256
+            if digest is not None and digest != input_digest(spec.input):
+                raise InputMismatch(run_id)
+            return SubmitOutcome(run_id, "", False)
+        new = await self.client.inbox.submit(
+            self.options.queue_name, spec, member, internal, once=once
+        )
+        self.client.started[run_id] = spec.input
         self.client.follower.wake()
         return SubmitOutcome(run_id, "", new)
 
@@ -366,7 +376,7 @@ class ClientRuntime(WorkflowRuntime):
         if internal:
             raise InvalidArgument("internal KV writes ride the owner's own operations")
         status = self.status(run_id)
-        if status is None and run_id not in self._started:
+        if status is None and run_id not in self.client.started:
             return False
         if status is not None and isinstance(status.state, Terminated):
             return False
@@ -374,23 +384,39 @@ class ClientRuntime(WorkflowRuntime):
         self.client.follower.wake()
         return True
 
+    def pending_input(self, run_id: str) -> bytes | None:
+        """The input of run ``run_id`` if this client submitted it and the
+        view does not show it yet (the owner has not applied the request)."""
+        if self.view.status(run_id) is not None:
+            self.client.started.pop(run_id, None)  # visible: no longer pending
+            return None
+        return self.client.started.get(run_id)
+
+    async def until_visible(self, run_id: str, timeout: float | None) -> None:  # noqa: ASYNC109
+        """Wait until the view shows run ``run_id``, if this client submitted it
+        (`TimeoutError` after ``timeout`` seconds of the runtime's clock)."""
+        if self.pending_input(run_id) is None:
+            return
+        clock = self.clock
+        deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+        kv, key = self.queue.kv, keys.pointer_key(run_id)
+        while self.view.status(run_id) is None:
+            fut = kv.watch(key)  # no await since the read
+            try:
+                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
+                if not await wait_or_sleep(clock, fut, left):
+                    raise TimeoutError(f"run {run_id!r} did not start within {timeout} s")
+                fut.result()
+            finally:
+                kv.unwatch(key, fut)
+
     async def wait_timeout(self, run_id: str, timeout: float | None) -> RunEnd | None:  # noqa: ASYNC109
         """As `WorkflowRuntime.wait_timeout`; a run this client started waits
-        first for the owner to apply its submission (the view does not know
-        it until then)."""
-        if run_id in self._started and self.view.status(run_id) is None:
+        first for the owner to apply its submission (`until_visible`)."""
+        if self.pending_input(run_id) is not None:
             clock = self.clock
             deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
-            kv, key = self.queue.kv, keys.pointer_key(run_id)
-            while self.view.status(run_id) is None:
-                fut = kv.watch(key)  # no await since the read
-                try:
-                    left = None if deadline is None else (deadline - clock.now_ms()) / 1000
-                    if not await wait_or_sleep(clock, fut, left):
-                        raise TimeoutError(f"run {run_id!r} did not start within {timeout} s")
-                    fut.result()
-                finally:
-                    kv.unwatch(key, fut)
+            await self.until_visible(run_id, timeout)
             if deadline is not None:
                 timeout = max(deadline - clock.now_ms(), 0) / 1000
         return await super().wait_timeout(run_id, timeout)

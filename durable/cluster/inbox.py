@@ -108,6 +108,8 @@ class InboxWriter:
         spec: RunSpec,
         member: GroupMembership | None = None,
         internal: Mapping[bytes, bytes] | None = None,
+        *,
+        once: bool = False,
     ) -> bool:
         """Ask the owner to start run ``spec.run_id`` on ``queue``
         (`WorkflowRuntime.submit_member` with ``member`` and ``internal``).
@@ -118,7 +120,7 @@ class InboxWriter:
         (nothing written). ``spec`` needs a run id and no effects
         (`InvalidArgument`).
         """
-        request = SubmitRequest(queue, _nonce(), spec, member, dict(internal or {}))
+        request = SubmitRequest(queue, _nonce(), spec, member, dict(internal or {}), once)
         name = submit_name(str(spec.run_id))
         data = encode_request(request)
         loop = asyncio.get_running_loop()

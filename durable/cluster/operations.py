@@ -60,7 +60,7 @@ async def _submit(rt: WorkflowRuntime, request: SubmitRequest, done: dict[bytes,
         raw = rt.queue.kv.get(key)
         if raw is None:
             outcome = await rt.submit_member(
-                spec, request.member, internal={**request.internal, **done}
+                spec, request.member, internal={**request.internal, **done}, once=request.once
             )
             if not outcome.newly_submitted:  # a step 0 of the id is still queued
                 await rt.queue.commit_effects(internal_effects(done))

@@ -95,12 +95,15 @@ class SubmitRequest(Request):
 
     ``spec`` has a run id and no effects; ``member`` names the run group the
     run belongs to; ``internal`` holds KV puts under the reserved
-    ``workflow/`` prefix that commit with the run's first step.
+    ``workflow/`` prefix that commit with the run's first step; ``once``:
+    the id names one run for good (a terminated run of the id is that run:
+    the same input starts nothing, another is an `InputMismatch`).
     """
 
     spec: RunSpec
     member: GroupMembership | None = None
     internal: Mapping[bytes, bytes] = field(default_factory=dict)
+    once: bool = False
 
     def __post_init__(self) -> None:
         Request.__post_init__(self)
@@ -199,6 +202,8 @@ def encode_request(request: Request) -> bytes:
             m["group_id"], m["member_key"] = request.member.group_id, request.member.key
         if request.internal:
             m["internal"] = [[k, v] for k, v in request.internal.items()]
+        if request.once:
+            m["once"] = True
     elif isinstance(request, SignalRequest):
         m.update(kind="signal", key=request.key, payload=request.payload)
     elif isinstance(request, CancelRequest):
@@ -312,4 +317,5 @@ def _submit(m: Mapping[str, Any], queue: str, nonce: bytes) -> SubmitRequest:
         if not isinstance(key, bytes) or not isinstance(value, bytes):
             raise TypeError(f"an internal write must be bytes, got {pair!r:.80}")
         internal[key] = value
-    return SubmitRequest(queue, nonce, spec, member, internal)
+    once = _optional(m, "once", bool) or False
+    return SubmitRequest(queue, nonce, spec, member, internal, once)

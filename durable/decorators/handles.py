@@ -15,7 +15,7 @@ from durable.decorators.published import wait_published
 from durable.decorators.status import WorkflowStatus, read_status
 from durable.decorators.waiting import Waiting, wait_until_waiting
 from durable.engine.runs import validate_run_id
-from durable.errors import RunNotFound
+from durable.errors import InputMismatch, RunNotFound
 
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
@@ -28,12 +28,15 @@ R = TypeVar("R")
 class WorkflowHandle(Generic[R]):
     """A workflow run: wait for its result, read its status, cancel it."""
 
-    __slots__ = ("_engine", "run_id")
+    __slots__ = ("_engine", "_input_digest", "run_id")
 
-    def __init__(self, engine: Engine, run_id: str) -> None:
+    def __init__(self, engine: Engine, run_id: str, *, input_digest: bytes | None = None) -> None:
         self._engine = engine
         #: The run's id.
         self.run_id = validate_run_id(run_id)
+        # The SHA-256 of the arguments this handle's `start` sent (None: a
+        # handle on a run started elsewhere).
+        self._input_digest = input_digest
 
     async def result(self, timeout: float | None = None) -> R:  # noqa: ASYNC109
         """Wait for the run to end (at most ``timeout`` seconds of the engine's
@@ -42,12 +45,21 @@ class WorkflowHandle(Generic[R]):
         Raises what the workflow raised (its own type when the exception
         can be rebuilt, else `WorkflowFailed` with its type and message), or
         `RunCancelled`; `RunNotFound` if the store holds no such run.
+        `InputMismatch` when this handle's `start` sent other arguments than
+        the run that ran under its id (another process started the id first,
+        and the clash was not visible when this one started: see
+        `durable.cluster.client`).
         """
         engine = self._engine
         runtime = engine.workflows.default
         end = await runtime.wait_timeout(self.run_id, timeout)
         if end is None:
             raise RunNotFound(self.run_id, "handle.result()")
+        if self._input_digest is not None:
+            record = runtime.view.terminal_record(self.run_id)
+            digest = record.input_sha256 if record is not None else None
+            if digest is not None and digest != self._input_digest:
+                raise InputMismatch(self.run_id)
         result = await read_result(engine.codec, runtime, end, self.run_id)
         value: R = result.value(engine.codec)
         return value

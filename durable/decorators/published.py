@@ -60,10 +60,12 @@ async def wait_published(engine: Engine, run_id: str, key: str, limit: float | N
     check_key(key)
     check_timeout(limit)
     kv = engine.queue.kv.internal()
-    view = engine.workflows.default.view
+    runtime = engine.workflows.default
+    view = runtime.view
     value_key, end_key = published_key(run_id, key), keys.outcome_key(run_id)
     clock = engine.clock
     deadline = None if limit is None else clock.now_ms() + round(limit * 1000)
+    await runtime.until_visible(run_id, limit)  # a client's run not applied yet
     while True:
         data = kv.get(value_key)
         if data is None and view.run_record(run_id) is None:

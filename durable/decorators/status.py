@@ -134,7 +134,12 @@ async def read_status(engine: Engine, run_id: str) -> WorkflowStatus | None:
     # Everything up to the first await reads one state of the store's memory.
     status = runtime.status(run_id)
     if status is None:
-        return None
+        pending = runtime.pending_input(run_id)  # a client's run not applied yet
+        if pending is None:
+            return None
+        return WorkflowStatus(
+            run_id, decode_invocation(pending, run_id).name, WorkflowState.PENDING, 0
+        )
     steps = kv.count(journal_prefix(run_id))
     if isinstance(status.state, Terminated):
         termination = status.state.termination

@@ -67,6 +67,6 @@ async def submit_run(
     internal = await invocation_record(runtime.memos, run_id, payload)
     internal.update(records or {})
     outcome = await runtime.submit(
-        RunSpec(payload, run_id=run_id, options=options), internal=internal
+        RunSpec(payload, run_id=run_id, options=options), internal=internal, once=True
     )
     return outcome.run_id

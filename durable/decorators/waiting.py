@@ -103,6 +103,7 @@ async def wait_until_waiting(
     runtime = engine.workflows.default
     clock = engine.clock
     deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+    await runtime.until_visible(run_id, timeout)  # a client's run not applied yet
     kv = engine.queue.kv
     key = keys.pointer_key(run_id)
     floor = -1 if after is None else after.step

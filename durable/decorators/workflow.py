@@ -41,6 +41,7 @@ from durable.decorators.registry import (
     default_name,
 )
 from durable.decorators.submit import submit_run
+from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, validate_run_id
 from durable.errors import DecoratorError
 from durable.store.queue.options import validate_queue_name
@@ -90,7 +91,7 @@ class WorkflowStarter(Generic[P, R]):
             headers=self.headers,
             run_at=self.run_at,
         )
-        return WorkflowHandle(engine, run_id)
+        return WorkflowHandle(engine, run_id, input_digest=input_digest(payload))
 
     def __repr__(self) -> str:
         return f"<starter of workflow {self.definition.name} run_id={self.run_id!r}>"

@@ -297,9 +297,13 @@ class RunGroup:
         return decode_member_record(raw, f"member record {key!r} of group {self.group_id!r}")
 
     def _ended(self, key: str) -> RunTermination | None:
-        """How member ``key`` ended (None: active); `MemberNotSubmitted` without a record."""
+        """How member ``key`` ended (None: active); `MemberNotSubmitted` without a
+        record (unless this process submitted it and the store does not show
+        it yet: `WorkflowRuntime.pending_input`)."""
         record = self.member_record(key)
         if record is None:
+            if self._rt.pending_input(self.run_id(key)) is not None:
+                return None
             raise MemberNotSubmitted(self.group_id, key)
         return record.termination
 

@@ -28,6 +28,7 @@ from durable.engine.records import (
     decode_run_record,
     decode_terminal_record,
     encode_run_record,
+    input_digest,
 )
 from durable.engine.replay import ReplayStore
 from durable.engine.runs import (
@@ -202,20 +203,28 @@ class WorkflowRuntime:
     # ---------------------------------------------------------------- submit
 
     async def submit(
-        self, spec: RunSpec, *, internal: Mapping[bytes, bytes] | None = None
+        self,
+        spec: RunSpec,
+        *,
+        internal: Mapping[bytes, bytes] | None = None,
+        once: bool = False,
     ) -> SubmitOutcome:
         """Start a run; idempotent on ``(run_id, input)``.
 
         A re-submission of an active run with the same input returns
         ``newly_submitted=False``; a different input raises `InputMismatch`
-        (nothing written). A terminated run's id may be submitted again.
+        (nothing written). A terminated run's id may be submitted again,
+        unless ``once``: then the id names one run for good, and while its
+        terminal record is kept the same input returns ``newly_submitted=False``
+        (nothing starts) and another raises `InputMismatch` (the decorators
+        submit so: a run id is one run).
 
         ``internal``: KV writes under the reserved ``workflow/`` prefix that
         commit with the run's first step, for layers built on the runtime
         (the decorators record a run's invocation so). Unlike
         ``spec.effects`` they are not checked: never pass user keys.
         """
-        return await self.submit_member(spec, None, internal=internal)
+        return await self.submit_member(spec, None, internal=internal, once=once)
 
     async def submit_member(
         self,
@@ -223,6 +232,7 @@ class WorkflowRuntime:
         member: GroupMembership | None,
         *,
         internal: Mapping[bytes, bytes] | None = None,
+        once: bool = False,
     ) -> SubmitOutcome:
         """`submit` of a run group's member (how `RunGroup` submits): the run
         record names ``member``, a pending member record commits with step 0,
@@ -238,6 +248,12 @@ class WorkflowRuntime:
             existing = self.view.run_record(run_id)
             if existing is not None:
                 return self._duplicate(existing, spec.input)
+            ended = self.view.terminal_record(run_id) if once else None
+            if ended is not None:
+                digest = ended.input_sha256
+                if digest is not None and digest != input_digest(spec.input):
+                    raise InputMismatch(run_id)
+                return SubmitOutcome(run_id, "", False)
             record = RunRecord.for_input(
                 run_id, spec.input, self.clock.now_ms(), spec.options.headers, member
             )
@@ -275,6 +291,17 @@ class WorkflowRuntime:
     def status(self, run_id: str) -> RunStatus | None:
         """Where run ``run_id`` is (None: unknown)."""
         return self.view.status(run_id)
+
+    def pending_input(self, run_id: str) -> bytes | None:
+        """The input of run ``run_id`` if this process submitted it and the
+        store does not show it yet; always None here (a submission is on the
+        store when `submit` returns). A runtime of a process that does not
+        own the store answers otherwise (`durable.cluster.client`)."""
+        return None
+
+    async def until_visible(self, run_id: str, timeout: float | None) -> None:  # noqa: ASYNC109
+        """Return once run ``run_id``'s submission, if this process made it,
+        shows in `status` (at once here; see `pending_input`)."""
 
     async def outcome(self, run_id: str) -> RunOutcome | None:
         """The committed outcome of a terminated run (None while active)."""

@@ -227,6 +227,27 @@ async def test_submit_is_idempotent_on_run_id_and_input(open_queue: Any) -> None
     assert q.stats(QUEUE).pending == 0
 
 
+async def test_a_once_submit_of_an_ended_run_is_that_run(open_queue: Any) -> None:
+    """A terminated run's id starts a new run, unless submitted ``once``: then
+    the same input is the ended run (nothing starts), another a clash."""
+    q = await open_queue()
+    runner = Runner(chain(0))
+    rt = WorkflowRuntime(q, runner)
+    await rt.submit(RunSpec(b"same", run_id="ended"))
+    await finish(rt, "ended")
+    assert len(runner.ran) == 1
+    again = await rt.submit(RunSpec(b"same", run_id="ended"), once=True)
+    assert not again.newly_submitted
+    assert rt.status("ended") is not None
+    before = dict(q.writer.state.scan())
+    with pytest.raises(InputMismatch):
+        await rt.submit(RunSpec(b"other", run_id="ended"), once=True)
+    assert dict(q.writer.state.scan()) == before  # nothing written
+    assert q.stats(QUEUE).pending == 0
+    rerun = await rt.submit(RunSpec(b"other", run_id="ended"))  # not once: a new run
+    assert rerun.newly_submitted
+
+
 async def test_submit_idempotency_survives_a_restart(open_queue: Any) -> None:
     q = await open_queue()
     rt = WorkflowRuntime(q, Runner(chain(0)))
