@@ -106,9 +106,7 @@ class Tail:
         self.events += events
         return events
 
-    def wait_for(
-        self, match: Any, timeout: float = 30.0, poll: float = 0.005
-    ) -> dict[str, Any]:
+    def wait_for(self, match: Any, timeout: float = 30.0, poll: float = 0.005) -> dict[str, Any]:
         """The first new event for which ``match(event)`` is true; `AssertionError`
         after ``timeout`` seconds."""
         deadline = time.monotonic() + timeout

@@ -30,6 +30,7 @@ from durable.decorators.journal import STEP, decode_entry, journal_prefix
 from durable.decorators.runtimes import MEMO_PREFIX
 from durable.engine import keys
 from durable.engine.memo import MemoStore
+from durable.store.objects import open_object_store
 from durable.store.queue import QueueReader
 from durable.testing import cloud
 from durable.testing.cloud import StoreLocation
@@ -103,18 +104,25 @@ class Cluster:
 
     def _spawn(self, argv: list[str], what: str, **kwargs: Any) -> Proc:
         with open(self.errors, "ab") as err:
-            popen = subprocess.Popen(
-                [sys.executable, *argv], stderr=err, text=True, **kwargs
-            )
+            popen = subprocess.Popen([sys.executable, *argv], stderr=err, text=True, **kwargs)
         proc = Proc(popen, what)
         self.procs.append(proc)
         return proc
 
-    def worker(self, *, ttl: float = TTL, heartbeat: float = HB, wait: bool = True) -> Proc:
+    def worker(
+        self,
+        *,
+        ttl: float = TTL,
+        heartbeat: float = HB,
+        wait: bool = True,
+        commits: bool = False,
+    ) -> Proc:
         """Start a worker; returns once it noted ``member`` (it owns the store
-        or stands by), or at once without ``wait`` (see `joined`)."""
+        or stands by), or at once without ``wait`` (see `joined`). With
+        ``commits`` it notes each log object it creates (``commit``)."""
+        flags = ["commits"] if commits else []
         proc = self._spawn(
-            [WORKER, *self.where.argv(), str(self.side), str(ttl), str(heartbeat)],
+            [WORKER, *self.where.argv(), str(self.side), str(ttl), str(heartbeat), *flags],
             "worker",
             stdout=subprocess.DEVNULL,
         )
@@ -159,9 +167,7 @@ class Cluster:
             if found is not None:
                 return found
             if proc is not None and proc.popen.poll() is not None:
-                raise AssertionError(
-                    f"{proc} exited with {proc.popen.returncode}: {self.stderr()}"
-                )
+                raise AssertionError(f"{proc} exited with {proc.popen.returncode}: {self.stderr()}")
             if time.monotonic() > deadline:
                 raise AssertionError(f"no matching event in {timeout} s: {self.stderr()}")
             time.sleep(0.005)
@@ -379,3 +385,21 @@ def check_held(
                 f"step {e['step']} of {e['run']} started ({e['e']}) though the store held "
                 "its result"
             )
+
+
+async def listing(where: StoreLocation, prefix: str) -> list[str]:
+    """The names of the store's objects under ``prefix``."""
+    objects = await open_object_store(where.url, where.options)
+    try:
+        return await objects.list(prefix)
+    finally:
+        await objects.close()
+
+
+async def create(where: StoreLocation, name: str, data: bytes) -> None:
+    """Create object ``name`` in the store, as another process would."""
+    objects = await open_object_store(where.url, where.options)
+    try:
+        await objects.create(name, data)
+    finally:
+        await objects.close()
