@@ -273,14 +273,15 @@ class MissingGuarantee(StoreError):
 
 
 class StoreNotInitialized(StoreError):
-    """A reader opened a location that holds no store (yet)."""
+    """A reader (a client, a read-only view) opened a location that holds no
+    store (yet): no worker has opened it."""
 
     transient = True
 
     def __init__(self, url: str) -> None:
         super().__init__(
-            f"no durable store at {url!r} (no writer has opened it yet): start a worker "
-            "on it first (`Engine(url)`, which creates the store), or check the URL"
+            f"no durable store at {url!r}: no worker has opened it yet; start a worker on it "
+            "first (`Engine(url)`, which creates the store), or check the URL"
         )
         self.url = url
 

@@ -220,7 +220,13 @@ class ClientQueue:
         """Refused: `ReadOnlyStore`."""
         self._refuse("cancel a job")
 
-    async def wake_scheduled(self, id: str, wake_payload: bytes | None = None) -> WakeOutcome:
+    async def wake_scheduled(
+        self,
+        id: str,
+        wake_payload: bytes | None = None,
+        *,
+        kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+    ) -> WakeOutcome:
         """Refused: `ReadOnlyStore`."""
         self._refuse("wake a job")
 

@@ -94,11 +94,21 @@ async def call_with_timeout(
 
 
 async def run_attempts(
-    policy: RetryPolicy, clock: Clock, call: Callable[[], Coroutine[Any, Any, T]], what: str
+    policy: RetryPolicy,
+    clock: Clock,
+    call: Callable[[], Coroutine[Any, Any, T]],
+    what: str,
+    *,
+    before: Callable[[], None] | None = None,
 ) -> T:
-    """Attempt ``call`` per ``policy``; the first result, or the last error."""
+    """Attempt ``call`` per ``policy``; the first result, or the last error.
+
+    ``before()`` runs before each attempt; what it raises propagates at
+    once (no retry)."""
     attempt = 1
     while True:
+        if before is not None:
+            before()
         try:
             return await call_with_timeout(clock, call, policy.timeout, what)
         except Exception as error:

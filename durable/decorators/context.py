@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from durable.decorators.parking import Parked, Parking
 from durable.decorators.suspend import Abort
 from durable.engine import keys
-from durable.errors import NonDeterminismError, NotInWorkflow, UntrustedPayload
+from durable.errors import NonDeterminismError, NotInWorkflow, StoreError, UntrustedPayload
 
 if TYPE_CHECKING:
     from durable.decorators.codec import Codec
@@ -131,6 +131,23 @@ class RunContext:
             raise Abort(
                 f"run {self.run_id!r}: the journal entry at position {position} could not "
                 f"be written: {e}",
+                e,
+            ) from e
+
+    def check_writable(self, position: int, name: str) -> None:
+        """Before the body of step ``name`` at ``position`` starts: `Abort`
+        (the queue redelivers the run) unless its journal could be written
+        now (`Journal.check_writable`). A body starts only while this
+        process may still commit as the store's owner: an owner woken from
+        a pause longer than the ttl, whose last commit became durable while
+        it was stopped, starts no step (another process may own the store
+        and run it)."""
+        try:
+            self.journal.check_writable()
+        except StoreError as e:
+            raise Abort(
+                f"run {self.run_id!r}: step {name!r} at position {position} not started: "
+                f"its journal cannot be written: {e}",
                 e,
             ) from e
 

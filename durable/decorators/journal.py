@@ -224,6 +224,11 @@ class Journal:
         the next `write`, not in one of its own."""
         self._staged[key] = value
 
+    def check_writable(self) -> None:
+        """Raise what a `write` made now would raise at its commit before
+        writing anything (`KvNamespace.check_writable`); cheap, in memory."""
+        self._kv.check_writable()
+
     async def write(self, position: int, entry: Entry) -> Entry:
         """Journal ``entry`` at ``position`` (in one commit with what was
         staged, `stage`); durable when this returns.

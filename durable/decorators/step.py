@@ -99,7 +99,13 @@ class StepFunction(Generic[P, R]):
             await run.record(position, Entry(self.name, START, time=clock.now_ms()))
         try:
             with in_step(self.name), run.executing(position, self.name):
-                result = await run_attempts(self.policy, clock, call, what)
+                result = await run_attempts(
+                    self.policy,
+                    clock,
+                    call,
+                    what,
+                    before=lambda: run.check_writable(position, self.name),
+                )
             ok = codec.dumps(result, what=f"the result of {what}")
         except Exception as error:
             err = codec.dumps_error(error, what=f"the exception of {what}")

@@ -12,6 +12,7 @@ either process; the writes of a queue that is not the owner's raise
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol
 
 from durable.store.clock import Clock
@@ -114,8 +115,15 @@ class RunQueue(WorkerQueue, Protocol):
         """Cancel job ``id``; ``effects`` apply when it is removed."""
         ...
 
-    async def wake_scheduled(self, id: str, wake_payload: bytes | None = None) -> WakeOutcome:
-        """Make a scheduled job pending now."""
+    async def wake_scheduled(
+        self,
+        id: str,
+        wake_payload: bytes | None = None,
+        *,
+        kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+    ) -> WakeOutcome:
+        """Make a scheduled job pending now (with it, delete the caller KV
+        keys of ``kv_compare_deletes`` that still hold the values given)."""
         ...
 
     async def commit_effects(self, effects: SettlementEffects) -> list[EnqueueResult]:

@@ -17,8 +17,8 @@ The paths:
 
 - ``signal``: put the buffer durably; if the index names a scheduled job,
   wake it with the payload (`Queue.wake_scheduled` keeps the payload on
-  the job record), then compare-delete the buffer and the index:
-  `SignalOutcome.DELIVERED`. Otherwise (no index, or a stale one, which is
+  the job record) and compare-delete the buffer and the index in the same
+  transaction: `SignalOutcome.DELIVERED`. Otherwise (no index, or a stale one, which is
   compare-deleted) the signal stays buffered: `SignalOutcome.BUFFERED`.
 - Registration, when the runner returns ``continue_on_signal`` (`register`):
   a live waiter at the key fails the run (`SignalWaiterExists`); a buffered
@@ -196,9 +196,11 @@ class Signals:
         except UnicodeDecodeError:
             await kv.compare_delete(wait, raw)
             return SignalOutcome.BUFFERED
-        if await self.queue.wake_scheduled(job_id, payload) is WakeOutcome.WOKEN:
-            await kv.compare_delete(keys.signal_buffer_key(key), payload)
-            await kv.compare_delete(wait, raw)
+        # The buffer and the index go in the wake's own transaction: a crash
+        # after it cannot leave the signal buffered for a second waiter.
+        gone = {keys.signal_buffer_key(key): payload, wait: raw}
+        outcome = await self.queue.wake_scheduled(job_id, payload, kv_compare_deletes=gone)
+        if outcome is WakeOutcome.WOKEN:
             return SignalOutcome.DELIVERED
         # Stale: the waiter's timeout fired, or its run was cancelled.
         await kv.compare_delete(wait, raw)

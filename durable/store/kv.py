@@ -407,6 +407,13 @@ class KvNamespace:
         """
         return self._require_writer("commit").commit(batch)
 
+    def check_writable(self) -> None:
+        """Raise what a `commit` made now would raise before applying
+        anything (`LogWriter.check`): `ReadOnlyStore` over a reader, the
+        writer's failure once it has stopped, `SelfFenced` while its
+        validity check gives a reason. Cheap and in memory."""
+        self._require_writer("commit").check()
+
     def _require_writer(self, operation: str) -> LogWriter:
         if self._writer is None:
             raise ReadOnlyStore(self._source.url, operation)

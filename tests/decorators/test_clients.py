@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from pathlib import Path
 
 import pytest
 from decorator_helpers import LIMIT, Factory, make_engine, wait_started
@@ -20,7 +21,7 @@ from decorator_helpers import LIMIT, Factory, make_engine, wait_started
 import durable
 from durable.decorators.engine import Engine
 from durable.engine import Terminated
-from durable.errors import InputMismatch, RunCancelled, RunNotFound
+from durable.errors import InputMismatch, RunCancelled, RunNotFound, StoreNotInitialized
 from durable.store.clock import MockClock
 
 gates: dict[str, asyncio.Event] = {}
@@ -95,7 +96,7 @@ async def test_a_client_starts_runs_and_reads_them(make_objects: Factory, clock:
         assert await same.result() == 41
         with pytest.raises(InputMismatch):  # the clash is visible at start
             await pipeline.options(run_id=handle.run_id).start(21)
-        with pytest.raises(RunNotFound):
+        with pytest.raises(RunNotFound, match="'no-such-run'"):
             await client.handle("no-such-run").result(timeout=1)
 
 
@@ -195,3 +196,14 @@ async def test_a_run_id_started_again_after_its_run_ended_is_that_run(
         follower.start()
         assert await asyncio.wait_for(again.result(), LIMIT) == 7
     assert runs == [7]
+
+
+async def test_a_client_of_a_store_no_worker_opened_says_to_start_one(tmp_path: Path) -> None:
+    """A client never creates a store: it names the store and what to do,
+    and leaves nothing behind."""
+    store = tmp_path / "store"
+    with pytest.raises(StoreNotInitialized, match="start a worker on it first") as info:
+        async with Engine(store, role="client"):
+            pass
+    assert str(store) in str(info.value)
+    assert not store.exists() or not any(store.rglob("*"))

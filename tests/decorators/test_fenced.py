@@ -24,8 +24,10 @@ import pytest
 from decorator_helpers import LIMIT, wait_parked
 
 import durable
-from durable.errors import Fenced
+from durable.errors import Fenced, SelfFenced
 from durable.store.clock import MockClock
+from durable.store.log.format import LOG_PREFIX
+from durable.store.objects import FaultyObjectStore, LocalObjectStore
 from durable.store.queue import OpenOptions, Queue
 
 #: The default `OpenOptions.fence_check_interval`, which an `Engine` uses.
@@ -194,3 +196,64 @@ async def _fence(store: Path) -> float:
     fenced_at = time.monotonic()
     await q.close()
     return fenced_at
+
+
+# ------------------------------------------- an owner woken from a pause
+
+
+class PausedAfterCreate(FaultyObjectStore):
+    """A local store whose owner "pauses" (past the ttl) right after the
+    next log object it creates landed, once `armed`: its writer's validity
+    check gives a reason from then on, as an owner's does whose heartbeat
+    grew too old while it was stopped. The commit of that object passed the
+    check before; what waited for it to be durable goes on after the pause."""
+
+    def __init__(self, root: Path) -> None:
+        super().__init__(LocalObjectStore(root))
+        self.armed = False
+        self.paused = False
+
+    def validity(self) -> str | None:
+        return "woken from a pause longer than the ttl" if self.paused else None
+
+    async def create(self, name: str, data: bytes) -> None:
+        await super().create(name, data)
+        if self.armed and name.startswith(LOG_PREFIX):
+            self.armed, self.paused = False, True
+
+
+async def test_an_owner_woken_from_a_pause_starts_no_step(tmp_path: Path) -> None:
+    """The commit of a step's result passed the validity check, its log
+    object landed, then the process paused past the ttl: the next step of
+    the run, which starts once that commit is durable, must not start (a
+    standby may own the store and run it). Before, only commits checked the
+    ownership: the step body ran in a process that no longer owned the store."""
+    store = PausedAfterCreate(tmp_path / "store")
+    ran: list[str] = []
+
+    @durable.step(name="paused.first")
+    async def first() -> None:
+        ran.append("first")
+        store.armed = True  # its result's commit lands, then the pause
+
+    @durable.step(name="paused.second")
+    async def second() -> None:
+        ran.append("second")
+
+    @durable.workflow(name="paused.two_steps")
+    async def two_steps() -> None:
+        await first()
+        await second()
+
+    # A long heartbeat: the engine does not take the store back meanwhile.
+    engine = durable.Engine(store, ttl=600.0, heartbeat=100.0)
+    async with engine:
+        writer = engine.queue.writer  # type: ignore[attr-defined]
+        writer.set_validity(store.validity)
+        stopped = asyncio.Event()
+        writer.add_stop_callback(lambda _: stopped.set())
+        await two_steps.start()
+        await asyncio.wait_for(stopped.wait(), LIMIT)
+        await engine.wait_owner(False, timeout=LIMIT)  # the delivery has ended
+        assert isinstance(writer.failure, SelfFenced)
+        assert ran == ["first"]

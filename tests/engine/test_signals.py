@@ -11,6 +11,7 @@ waiter; and a signal racing a registration whose next payload is offloaded.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable, Iterable
 
 import pytest
@@ -31,10 +32,11 @@ from durable.engine import (
 )
 from durable.engine import keys as engine_keys
 from durable.engine.signals import SignalOutcome
-from durable.errors import InvalidArgument
+from durable.errors import InvalidArgument, StoreError
 from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
 from durable.store.queue import JobRecord, JobStatus, OpenOptions, Queue, QueueConfig
+from durable.testing import FaultyObjectStore, SimulatedCrash
 
 KEY = "approval:invoice-7"
 TIMEOUT = 60.0
@@ -474,6 +476,46 @@ async def test_a_woken_step_redelivered_after_a_crash_sees_the_same_signal(
         (1, b"approved-once"),
         (2, b"approved-once"),
     ]
+
+
+async def test_a_crash_right_after_a_wake_leaves_no_copy_of_the_signal_buffered(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """The process dies right after the commit that wakes the waiter: the
+    buffer and the waiter index went with that commit, so the next run that
+    waits on the key does not get the same signal a second time."""
+    faulty = FaultyObjectStore(make_objects())
+    options = OpenOptions(
+        clock=clock,
+        reaper_interval=HOUR,
+        scheduler_interval=HOUR,
+        fence_check_interval=HOUR,
+        queue_configs={QUEUE: QueueConfig(retry_backoff_base=0.0)},
+    )
+    q = await Queue.open(faulty, options)
+    runner = Waiter()
+    await start_waiting(WorkflowRuntime(q, runner), "r")
+    await q.writer.flush()
+    faulty.crash_after_writes(2)  # the buffer's commit and the wake's land, then it dies
+    rt = WorkflowRuntime(q, runner)
+    with contextlib.suppress(SimulatedCrash, StoreError):
+        await rt.signal(KEY, b"once")
+    assert faulty.crashed
+    with contextlib.suppress(BaseException):
+        await q.close()
+    q2 = await Queue.open(make_objects(), options)  # the next process
+    try:
+        rt2 = WorkflowRuntime(q2, runner)
+        assert (waiting_job(rt2, "r").status, waiting_job(rt2, "r").wake_payload) == (
+            JobStatus.PENDING,
+            b"once",
+        )
+        assert signal_records(q2) == {}
+        end = await finish(rt2, "r")
+        assert end.outcome.result == b"approved:once"
+        await start_waiting(rt2, "r2")  # waits: nothing buffered under the key
+    finally:
+        await q2.close()
 
 
 async def test_with_replay_a_redelivered_waiting_step_registers_its_replayed_outcome(

@@ -17,6 +17,7 @@ from durable.store.queue import (
     Queue,
     QueueConfig,
     Retried,
+    SettlementEffects,
     WakeOutcome,
 )
 
@@ -369,6 +370,27 @@ async def test_wake_a_retry_in_backoff(queue: Queue) -> None:
     await queue.nack(await claim_one(queue), "e")  # default backoff 1 s: scheduled
     assert await queue.wake_scheduled(id) is WakeOutcome.WOKEN
     assert (await claim_one(queue)).id == id
+
+
+async def test_wake_compare_deletes_kv_keys_in_its_own_transaction(
+    queue: Queue, clock: MockClock
+) -> None:
+    """Keys that hold the value given go with the wake; others stay; a job
+    that is not woken deletes nothing."""
+    await queue.commit_effects(
+        SettlementEffects().kv_put(b"a", b"1").kv_put(b"b", b"2").kv_put(b"c", b"3")
+    )
+    id = (await queue.enqueue_with("q", b"", EnqueueOptions(run_at=clock.now_ms() + 9000))).id
+    seq = queue.writer.seq
+    gone = {b"a": b"1", b"b": b"other", b"missing": b"x"}
+    assert await queue.wake_scheduled(id, kv_compare_deletes=gone) is WakeOutcome.WOKEN
+    assert queue.writer.seq == seq + 1  # one commit
+    assert (queue.kv.get(b"a"), queue.kv.get(b"b"), queue.kv.get(b"c")) == (None, b"2", b"3")
+    gone = {b"c": b"3"}
+    assert await queue.wake_scheduled(id, kv_compare_deletes=gone) is WakeOutcome.NOT_SCHEDULED
+    assert queue.kv.get(b"c") == b"3"
+    with pytest.raises(InvalidOption):
+        await queue.wake_scheduled(id, kv_compare_deletes={b"c": "3"})  # type: ignore[dict-item]
 
 
 async def test_wake_non_scheduled_or_unknown(queue: Queue) -> None:

@@ -204,6 +204,8 @@ class LogReader:
         self._reload(await load(self.objects, window))  # the log we need was trimmed
 
     def _reload(self, loaded: Loaded) -> None:
-        old, new = self.state, loaded.state
-        self.state, self.seq = new, loaded.seq
-        self.watchers.written([k for k in self.watchers.watched() if old.get(k) != new.get(k)])
+        # Every watcher fires: the trimmed log may have written a watched key
+        # and restored it (a run's step pointer put, then deleted when the
+        # run ended), which comparing the two states cannot see.
+        self.state, self.seq = loaded.state, loaded.seq
+        self.watchers.written(list(self.watchers.watched()))

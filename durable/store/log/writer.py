@@ -365,6 +365,25 @@ class LogWriter:
             self._fail(Fenced(self.objects.url, seq), [])
         return True
 
+    def check(self) -> None:
+        """Raise what a commit made now would raise before applying anything:
+        the writer's failure once it has stopped, or `SelfFenced` (stopping
+        it) while the validity check (`set_validity`) gives a reason.
+
+        Cheap and in memory: for work that must start only while this
+        writer may still commit, such as a step's body, which may start
+        long after the commit before it was checked (the process was paused
+        while that commit became durable).
+        """
+        if self._failure is not None:
+            raise self._failure
+        if self._validity is not None:
+            reason = self._validity()
+            if reason is not None:
+                failure = SelfFenced(self.objects.url, reason, self._seq)
+                self.stop(failure)
+                raise failure
+
     def commit(self, batch: WriteBatch, *, lazy: bool = False) -> Durable:
         """Apply ``batch`` now; the result resolves once it is durable.
 
@@ -376,14 +395,7 @@ class LogWriter:
         commit made while it gives a reason stops the writer with
         `SelfFenced` and raises it, applying nothing.
         """
-        if self._failure is not None:
-            raise self._failure
-        if self._validity is not None:
-            reason = self._validity()
-            if reason is not None:
-                failure = SelfFenced(self.objects.url, reason, self._seq)
-                self.stop(failure)
-                raise failure
+        self.check()
         if self._closing:
             raise StoreClosed(self.objects.url, "closing")
         ops = batch.ops

@@ -244,9 +244,19 @@ class Queue:
         """As `cancel`; ``effects`` apply only when the job is removed."""
         return await self._settler.cancel_with(id, effects)
 
-    async def wake_scheduled(self, id: str, wake_payload: bytes | None = None) -> WakeOutcome:
-        """Make a scheduled job pending now, attaching ``wake_payload``."""
-        return await self._settler.wake_scheduled(id, wake_payload)
+    async def wake_scheduled(
+        self,
+        id: str,
+        wake_payload: bytes | None = None,
+        *,
+        kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+    ) -> WakeOutcome:
+        """Make a scheduled job pending now, attaching ``wake_payload``; with
+        it, delete each caller KV key of ``kv_compare_deletes`` that still
+        holds the value given (one transaction)."""
+        return await self._settler.wake_scheduled(
+            id, wake_payload, kv_compare_deletes=kv_compare_deletes
+        )
 
     async def requeue_dead_job(self, record: JobRecord) -> None:
         """Make a Dead job pending again with zero attempts."""

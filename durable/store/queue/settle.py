@@ -14,7 +14,7 @@ committed durably before it returns.
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from durable.errors import ClaimLost, InvalidOption, InvalidState, JobNotFound
@@ -283,12 +283,27 @@ class Settler:
 
         return await run_txn(core, fx, body)
 
-    async def wake_scheduled(self, id: str, wake_payload: bytes | None = None) -> WakeOutcome:
-        """Promote scheduled job ``id`` to pending now, attaching ``wake_payload``."""
+    async def wake_scheduled(
+        self,
+        id: str,
+        wake_payload: bytes | None = None,
+        *,
+        kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+    ) -> WakeOutcome:
+        """Promote scheduled job ``id`` to pending now, attaching ``wake_payload``.
+
+        ``kv_compare_deletes``: caller KV keys deleted in the same
+        transaction when the job is woken, each only if it still holds the
+        value given (a signal's buffer and waiter index go with its wake).
+        """
         core = self.core
         _text("id", id)
         if wake_payload is not None and not isinstance(wake_payload, bytes):
             raise InvalidOption(f"wake_payload must be bytes, got {type(wake_payload).__name__}")
+        deletes = dict(kv_compare_deletes or {})
+        for key, expected in deletes.items():
+            if not isinstance(key, bytes) or not isinstance(expected, bytes):
+                raise InvalidOption(f"kv_compare_deletes maps bytes to bytes, got {key!r}")
 
         def body(txn: Txn) -> tuple[WakeOutcome, None]:
             pk = txn.get(keys.job_index_key(id))
@@ -304,6 +319,9 @@ class Settler:
             txn.delete(pk)
             rec = rec.replace(woken_at=core.now(), wake_payload=wake_payload)
             to_pending(txn, rec, JobStatus.SCHEDULED)
+            for key, expected in deletes.items():
+                if txn.get(user_key(key)) == expected:
+                    txn.delete(user_key(key))
             return WakeOutcome.WOKEN, None
 
         return await run_txn(core, None, body)
