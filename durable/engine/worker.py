@@ -152,6 +152,10 @@ class StepWorker:
             delivery.effects.restore(stored.puts, stored.deletes)
             delivery.effects.seal()
         else:
+            # The claim may be old: a process paused past its ownership
+            # (SIGSTOP) starts no step body once another may own the store
+            # (raises before the body; the settlement then fails the same way).
+            self.rt.queue.kv.check_writable()
             try:
                 outcome = await self.rt.runner.run_step(delivery)
             except Exception as e:

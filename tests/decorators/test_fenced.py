@@ -257,3 +257,29 @@ async def test_an_owner_woken_from_a_pause_starts_no_step(tmp_path: Path) -> Non
         await engine.wait_owner(False, timeout=LIMIT)  # the delivery has ended
         assert isinstance(writer.failure, SelfFenced)
         assert ran == ["first"]
+
+
+async def test_an_owner_woken_from_a_pause_starts_no_job(tmp_path: Path) -> None:
+    """The same for a ``@job`` (a single step of the engine's runtime): the
+    submit's commit landed, then the process paused past the ttl; the job
+    claimed after the pause must not run its body."""
+    store = PausedAfterCreate(tmp_path / "store")
+    ran: list[int] = []
+
+    @durable.job(name="paused.job")
+    async def paused_job(x: int) -> int:
+        ran.append(x)
+        return x
+
+    engine = durable.Engine(store, ttl=600.0, heartbeat=100.0)
+    async with engine:
+        writer = engine.queue.writer  # type: ignore[attr-defined]
+        writer.set_validity(store.validity)
+        stopped = asyncio.Event()
+        writer.add_stop_callback(lambda _: stopped.set())
+        store.armed = True  # the submit's log object lands, then the pause
+        await paused_job.submit(7)
+        await asyncio.wait_for(stopped.wait(), LIMIT)
+        await engine.wait_owner(False, timeout=LIMIT)
+        assert isinstance(writer.failure, SelfFenced)
+        assert ran == []
