@@ -19,6 +19,8 @@ the release to the standby owning the store.
 from __future__ import annotations
 
 import asyncio
+import functools
+import math
 import signal
 import time
 from pathlib import Path
@@ -28,6 +30,9 @@ import scaleout_app as app
 from scaleout_harness import (
     HB,
     SLACK,
+    Cluster,
+    Event,
+    Proc,
     buffered_signals,
     check_executions,
     check_results,
@@ -40,8 +45,28 @@ from durable.testing.cloud import StoreLocation
 
 pytestmark = pytest.mark.slow
 
-#: Seconds each step body takes: runs are in flight at SIGTERM.
-STEP = 0.3
+#: Seconds each step body takes: runs are in flight at SIGTERM (long
+#: enough that the driver, polling the side channel on a loaded machine,
+#: signals before the step it saw start has finished).
+STEP = 1.0
+
+
+def _started_after(pid: int, after: float, e: Event) -> bool:
+    return bool(e["ev"] == "start" and e["pid"] == pid and e["t"] > after)
+
+
+def _done(execution: object, e: Event) -> bool:
+    return bool(e["ev"] == "done" and e["e"] == execution)
+
+
+def wait_for_a_running_step(procs: Cluster, owner: Proc) -> None:
+    """Until a step body started in ``owner`` that has not finished yet."""
+    seen = -math.inf
+    while True:
+        started = procs.wait_for(functools.partial(_started_after, owner.pid, seen), 30, owner)
+        if procs.find(functools.partial(_done, started["e"])) is None:
+            return
+        seen = started["t"]  # it ended before we looked: wait for the next one
 
 
 def handover(where: StoreLocation, workdir: Path) -> None:
@@ -52,7 +77,7 @@ def handover(where: StoreLocation, workdir: Path) -> None:
         client = procs.client("stream", "h", STEP, 0.2)
         procs.go([client])
         standby = procs.worker()
-        procs.wait_for(lambda e: e["ev"] == "start" and e["pid"] == owner.pid, 30, owner)
+        wait_for_a_running_step(procs, owner)
         term_at = owner.signal(signal.SIGTERM)
         procs.finish(owner, 60)
         exited_at = time.monotonic()
