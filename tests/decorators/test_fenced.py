@@ -18,6 +18,7 @@ import os
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -222,6 +223,22 @@ class PausedAfterCreate(FaultyObjectStore):
             self.armed, self.paused = False, True
 
 
+async def pause_after(store: PausedAfterCreate, act: Callable[[], Awaitable[None]]) -> None:
+    """Open an engine on ``store`` (its writer checks ``store.validity``),
+    ``act()``, and wait until the pause stopped its writer (`SelfFenced`)
+    and the engine serves as a standby (the delivery has ended)."""
+    # A long heartbeat: the engine does not take the store back meanwhile.
+    async with durable.Engine(store, ttl=600.0, heartbeat=100.0) as engine:
+        writer = engine.queue.writer  # type: ignore[attr-defined]
+        writer.set_validity(store.validity)
+        stopped = asyncio.Event()
+        writer.add_stop_callback(lambda _: stopped.set())
+        await act()
+        await asyncio.wait_for(stopped.wait(), LIMIT)
+        await engine.wait_owner(False, timeout=LIMIT)
+        assert isinstance(writer.failure, SelfFenced)
+
+
 async def test_an_owner_woken_from_a_pause_starts_no_step(tmp_path: Path) -> None:
     """The commit of a step's result passed the validity check, its log
     object landed, then the process paused past the ttl: the next step of
@@ -245,18 +262,11 @@ async def test_an_owner_woken_from_a_pause_starts_no_step(tmp_path: Path) -> Non
         await first()
         await second()
 
-    # A long heartbeat: the engine does not take the store back meanwhile.
-    engine = durable.Engine(store, ttl=600.0, heartbeat=100.0)
-    async with engine:
-        writer = engine.queue.writer  # type: ignore[attr-defined]
-        writer.set_validity(store.validity)
-        stopped = asyncio.Event()
-        writer.add_stop_callback(lambda _: stopped.set())
+    async def start() -> None:
         await two_steps.start()
-        await asyncio.wait_for(stopped.wait(), LIMIT)
-        await engine.wait_owner(False, timeout=LIMIT)  # the delivery has ended
-        assert isinstance(writer.failure, SelfFenced)
-        assert ran == ["first"]
+
+    await pause_after(store, start)
+    assert ran == ["first"]
 
 
 async def test_an_owner_woken_from_a_pause_starts_no_job(tmp_path: Path) -> None:
@@ -271,15 +281,9 @@ async def test_an_owner_woken_from_a_pause_starts_no_job(tmp_path: Path) -> None
         ran.append(x)
         return x
 
-    engine = durable.Engine(store, ttl=600.0, heartbeat=100.0)
-    async with engine:
-        writer = engine.queue.writer  # type: ignore[attr-defined]
-        writer.set_validity(store.validity)
-        stopped = asyncio.Event()
-        writer.add_stop_callback(lambda _: stopped.set())
+    async def submit() -> None:
         store.armed = True  # the submit's log object lands, then the pause
         await paused_job.submit(7)
-        await asyncio.wait_for(stopped.wait(), LIMIT)
-        await engine.wait_owner(False, timeout=LIMIT)
-        assert isinstance(writer.failure, SelfFenced)
-        assert ran == []
+
+    await pause_after(store, submit)
+    assert ran == []
