@@ -16,6 +16,7 @@ DurableError
 │   ├── CorruptObject                checksum, framing or decoding failed
 │   ├── CorruptRequest               an inbox request object cannot be decoded
 │   ├── UnsupportedFormat            written by a newer format version
+│   ├── PartitionMismatch            opened with another partition count than its own
 │   ├── MissingGuarantee             backend cannot create-if-absent atomically
 │   ├── StoreNotInitialized          a reader found no store at the URL (transient)
 │   ├── StoreNotFound                the bucket or container does not exist (also LookupError)
@@ -125,6 +126,7 @@ __all__ = [
     "ObjectNotFound",
     "ObjectStoreError",
     "ObjectStoreTimeout",
+    "PartitionMismatch",
     "PayloadMissing",
     "QueueError",
     "ReadOnlyStore",
@@ -249,15 +251,57 @@ class CorruptRequest(StoreError):
 
 
 class UnsupportedFormat(StoreError):
-    """An object was written by a format version this library cannot read."""
+    """An object was written by a format version this library cannot read.
 
-    def __init__(self, name: str, version: int, supported: int) -> None:
-        super().__init__(
-            f"object {name!r} has format version {version}, this durable reads "
-            f"versions up to {supported}: upgrade durable"
-        )
+    ``what``, when given, says what else in it this library does not know
+    (e.g. a routing hash); its format ``version`` itself is then readable.
+    """
+
+    def __init__(self, name: str, version: int, supported: int, what: str | None = None) -> None:
+        if what is None:
+            message = (
+                f"object {name!r} has format version {version}, this durable reads "
+                f"versions up to {supported}: upgrade durable"
+            )
+        else:
+            message = (
+                f"object {name!r} uses {what}, which this durable does not know: upgrade durable"
+            )
+        super().__init__(message)
         self.name = name
         self.version = version
+
+
+class PartitionMismatch(StoreError):
+    """A store was opened with another number of partitions than it was created with.
+
+    ``stored`` is the store's own count (1 for a store created unpartitioned,
+    ``unpartitioned`` then True), ``requested`` the one asked for. Nothing
+    was written. Permanent: the count is fixed when a store is created, since
+    every run id is routed by it; open the store with ``partitions=stored``
+    (or without ``partitions=``, which reads it).
+    """
+
+    def __init__(self, url: str, stored: int, requested: int, unpartitioned: bool = False) -> None:
+        if unpartitioned:
+            what = (
+                f"store {url!r} was created unpartitioned (its log is at its root), so it "
+                f"cannot be opened with partitions={requested}: open it without partitions= "
+                "(a partitioned store is a new one, at another URL)"
+            )
+        else:
+            what = (
+                f"store {url!r} was created with partitions={stored}, not {requested}: open "
+                f"it with partitions={stored}, or without partitions= (which reads it)"
+            )
+        super().__init__(
+            f"{what}; the number of partitions cannot change after a store is created "
+            "(every run id is routed by it)"
+        )
+        self.url = url
+        self.stored = stored
+        self.requested = requested
+        self.unpartitioned = unpartitioned
 
 
 class MissingGuarantee(StoreError):

@@ -5,6 +5,7 @@ from durable.store.objects.faults import FaultyObjectStore, SimulatedCrash
 from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.memory import MemoryObjectStore
+from durable.store.objects.prefixed import PrefixedObjectStore
 from durable.store.objects.url import open_object_store, resolve_store, split_url
 
 __all__ = [
@@ -15,6 +16,7 @@ __all__ = [
     "MemoryObjectStore",
     "ObjectLock",
     "ObjectStore",
+    "PrefixedObjectStore",
     "SimulatedCrash",
     "open_object_store",
     "resolve_store",
