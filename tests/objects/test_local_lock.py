@@ -40,6 +40,7 @@ _CHILD = textwrap.dedent(
         if sys.argv[3] == "fork" and lock is not None:
             pid = os.fork()
             if pid == 0:  # a child that outlives its parent, holding its files
+                print("forked", flush=True)  # after the at-fork hooks ran
                 time.sleep(600)
                 os._exit(0)
             print(pid, flush=True)
@@ -65,8 +66,16 @@ class Child:
         self.grandchild: int | None = None
         assert self.proc.stdout is not None
         if mode == "fork":
-            self.grandchild = int(self.proc.stdout.readline())
-        self.said = self.proc.stdout.readline().strip()
+            # The forked child's pid and "locked" from this process, and
+            # "forked" from that child once its at-fork hooks ran (the lock
+            # is not its to hold from then on), in any order.
+            lines = [self.proc.stdout.readline().strip() for _ in range(3)]
+            assert "forked" in lines, lines
+            (pid,) = [line for line in lines if line.isdigit()]
+            self.grandchild = int(pid)
+            (self.said,) = [line for line in lines if line not in ("forked", pid)]
+        else:
+            self.said = self.proc.stdout.readline().strip()
 
     def kill(self) -> None:
         self.proc.send_signal(signal.SIGKILL)
