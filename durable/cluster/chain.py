@@ -47,6 +47,8 @@ __all__ = [
     "Reason",
     "VersionChain",
     "Versioned",
+    "chain_name",
+    "chain_version",
     "decode_version",
     "encode_version",
     "version_name",
@@ -62,20 +64,22 @@ CHAIN_FORMAT = 1
 
 def version_name(version: int) -> str:
     """The object name of chain version ``version`` (>= 1)."""
-    return _name_in(CHAIN_PREFIX, version)
+    return chain_name(CHAIN_PREFIX, version)
 
 
-def _name_in(prefix: str, version: int) -> str:
+def chain_name(prefix: str, version: int) -> str:
+    """The object name of version ``version`` of the chain below ``prefix``."""
     return f"{prefix}{version:020d}"
 
 
-def _version_in(prefix: str, name: str) -> int | None:
+def chain_version(prefix: str, name: str) -> int | None:
+    """The version object ``name`` holds in the chain below ``prefix``, or None."""
     rest = name[len(prefix) :] if name.startswith(prefix) else ""
     return int(rest) if len(rest) == 20 and rest.isdigit() else None
 
 
 def _version_of(name: str) -> int | None:
-    return _version_in(CHAIN_PREFIX, name)
+    return chain_version(CHAIN_PREFIX, name)
 
 
 class Reason(enum.Enum):
@@ -175,11 +179,11 @@ class ChainFormat(Generic[V]):
 
     def name(self, version: int) -> str:
         """The object name of version ``version``."""
-        return _name_in(self.prefix, version)
+        return chain_name(self.prefix, version)
 
     def version_of(self, name: str) -> int | None:
         """The version an object ``name`` holds, or None if it is none of this chain's."""
-        return _version_in(self.prefix, name)
+        return chain_version(self.prefix, name)
 
 
 class VersionChain(Generic[V]):
