@@ -15,6 +15,10 @@ and deletes them once that transaction is durable
 (`durable.cluster.applier.InboxApplier`). Non-owners read through the
 store's read-only view, which never fences the owner.
 
+The partitions of a partitioned store are shared by a pool of members through
+the assignment table (`durable.cluster.assignment`): a chain of create-if-absent
+versions naming each partition's owner, written by the lowest live member.
+
 Layering: this package sits between the decorators and the engine
 (`durable.decorators` -> `durable.cluster` -> `durable.engine` ->
 `durable.store`); it never imports `durable.decorators`.
