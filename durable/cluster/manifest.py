@@ -53,6 +53,7 @@ __all__ = [
     "MAX_PARTITIONS",
     "Manifest",
     "check_partitions",
+    "co_located_id",
     "decode_manifest",
     "encode_manifest",
     "open_manifest",
@@ -79,6 +80,28 @@ def partition_of(run_id: str, partitions: int) -> int:
     ``partitions`` is a checked count (`check_partitions`, a `Manifest`).
     """
     return int.from_bytes(hashlib.sha256(run_id.encode()).digest()[:8], "big") % partitions
+
+
+def co_located_id(base: str, partition: int, partitions: int, *, max_len: int = 128) -> str:
+    """A run id derived from ``base`` that `partition_of` puts in ``partition``.
+
+    For ids the engine mints for another run's sake (a child workflow, a
+    fork), so that they live in the partition of the run they belong to and
+    the two stay one local transaction apart. ``base`` itself when it routes
+    there already (always with one partition); else ``base`` with the
+    smallest suffix ``-p<k>`` (k = 1, 2, ...) that routes there: about
+    ``partitions`` SHA-256 computations, deterministic everywhere. A
+    ``base`` too long for a suffix within ``max_len`` is first shortened to
+    ``"h-"`` and 60 hex digits of its SHA-256.
+    """
+    if partition_of(base, partitions) == partition:
+        return base
+    if len(base) + 2 + len(str(partitions * 64)) > max_len:
+        base = "h-" + hashlib.sha256(base.encode()).hexdigest()[:60]
+    k = 1
+    while partition_of(f"{base}-p{k}", partitions) != partition:
+        k += 1
+    return f"{base}-p{k}"
 
 
 def partition_prefix(partition: int) -> str:

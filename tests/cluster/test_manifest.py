@@ -22,6 +22,7 @@ from durable.cluster.manifest import (
     MAX_PARTITIONS,
     Manifest,
     check_partitions,
+    co_located_id,
     decode_manifest,
     encode_manifest,
     open_manifest,
@@ -449,3 +450,39 @@ async def test_a_local_directory_round_trip(tmp_path: Path) -> None:
         "hash": HASH,
     }
     assert await open_manifest(LocalObjectStore(tmp_path), None) == Manifest(16)
+
+
+# ------------------------------------------------------------ co-located ids
+
+#: (base, partition, partitions) -> the id; pinned like the routing vectors:
+#: a child or fork id minted differently would be another run.
+CO_LOCATED = {
+    ("order-1", 3, 8): "order-1-p1",
+    ("order-1", 4, 8): "order-1",  # it routes there already
+    ("parent-c4", 0, 16): "parent-c4-p11",
+    ("run", 7, 1000): "run-p439",
+    ("a", 0, 1): "a",
+    (
+        "x" * 128,
+        5,
+        1000,
+    ): "h-24da1b81d0b16df6428eee73c69fcb2a93c76bc6df706f0c6670fe6bfe80-p877",
+}
+
+
+def test_co_located_ids_are_pinned_and_route_to_their_partition() -> None:
+    for (base, partition, partitions), expected in CO_LOCATED.items():
+        minted = co_located_id(base, partition, partitions)
+        assert minted == expected, (base[:20], partition, partitions)
+        assert partition_of(minted, partitions) == partition
+        assert len(minted) <= 128
+
+
+def test_every_partition_gets_a_co_located_id_within_the_length_limit() -> None:
+    for partitions in (2, 16, 1000):
+        for partition in range(0, partitions, max(1, partitions // 16)):
+            for base in ("p", "parent-run-c12", "y" * 120):
+                minted = co_located_id(base, partition, partitions)
+                assert partition_of(minted, partitions) == partition
+                assert len(minted) <= 128
+                assert minted == co_located_id(base, partition, partitions)  # deterministic
