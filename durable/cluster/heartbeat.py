@@ -15,6 +15,7 @@ released (bounded litter).
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from typing import Any
 
 from durable.cluster.members import Liveness, MemberRecord, Role, Status, encode_member, member_name
@@ -86,11 +87,15 @@ async def observe_member(
         log.warning("member object undecodable", key=member_name(member))
 
 
-async def forget_departed(objects: ObjectStore, live: Liveness, me: str, log: Any) -> None:
-    """Delete the objects of the members ``live`` saw dead or released (not
-    ``me``), and stop tracking them; a failed delete is logged and retried
-    next time."""
-    departed = [m for m in live.known() if m != me and live.status(m) in (Status.DEAD, Status.GONE)]
+async def forget_departed(
+    objects: ObjectStore, live: Liveness, keep: Collection[str], log: Any
+) -> None:
+    """Delete the objects of the members ``live`` saw dead or released (but
+    none in ``keep``: this member, and those whose status still matters), and
+    stop tracking them; a failed delete is logged and retried next time."""
+    departed = [
+        m for m in live.known() if m not in keep and live.status(m) in (Status.DEAD, Status.GONE)
+    ]
     if not departed:
         return
     try:

@@ -575,7 +575,7 @@ class Ownership:
 
     async def _forget_departed(self) -> None:
         """Delete the objects of members seen dead or released (bounded litter)."""
-        await forget_departed(self.objects, self._live, self.member_id, self._log)
+        await forget_departed(self.objects, self._live, {self.member_id}, self._log)
 
     # ------------------------------------------------------------ helpers
 
