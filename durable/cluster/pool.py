@@ -540,12 +540,20 @@ class PoolMember:
         await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _leave(self) -> None:
-        """A failed start: stop, and say so in the member object."""
+        """A failed start: stop, close what opened, say so in the member object."""
         self._releasing = True
         await self._stop_tasks()
+        opened = [(p, w) for p, w in self._held.items() if w is not None]
         self._held.clear()
         self._epochs.clear()
         self._signal()
+        reason = f"member {self.member_id} failed to start"
+        for p, writer in opened:
+            writer.stop(self._self_fenced(p, reason))
+            try:
+                await self._on_lose(p, reason)
+            except Exception as e:
+                self._log.error("stopping a partition failed", partition=p, error=repr(e))
         try:  # else others judge it dead after the ttl
             await self._put(released=True)
         except ObjectStoreError as e:

@@ -63,9 +63,14 @@ class Partitions:
     drain: asyncio.Event | None = None
     #: Drains waiting for `drain`.
     blocked: int = 0
+    #: Partitions whose next ``on_acquire`` raises.
+    fail_acquire: set[int] = field(default_factory=set)
 
     async def on_acquire(self, p: int) -> LogWriter:
         m = self.member
+        if p in self.fail_acquire:
+            self.fail_acquire.discard(p)
+            raise RuntimeError(f"opening p{p} failed (scripted)")
         m.sim.acquiring(m, p)
         store = PrefixedObjectStore(m.store, partition_prefix(p))
         writer = await LogWriter.open(store, LogOptions(checkpoint_on_close=False))

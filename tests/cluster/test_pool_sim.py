@@ -5,6 +5,7 @@ per partition (see `pool_sim`). Defaults: 8 partitions, ttl 15 s, heartbeat 3 s.
 from __future__ import annotations
 
 import asyncio
+import random
 from collections.abc import AsyncIterator
 
 import pytest
@@ -245,3 +246,93 @@ async def test_bad_arguments_are_refused(sim: PoolSim) -> None:
     with pytest.raises(InvalidArgument, match="started already"):
         await a.pool.start()
     assert a.pool.validity(P) is not None  # not a partition it holds
+
+
+async def test_crash_pause_join_and_leave_in_one_run(sim: PoolSim) -> None:
+    """The issue's scenario, scripted: 3 members; one crashes mid-run, another
+    pauses past the ttl then wakes, a fourth joins, then one leaves: after each
+    change every partition is owned again within the bound, balanced."""
+    members = [await sim.join() for _ in range(3)]
+    await sim.until(sim.settled, limit=BOUND)
+    await sim.advance(1.5)
+    await sim.crash(members[0])
+    assert await sim.until(sim.settled, limit=BOUND) <= BOUND
+    sim.pause(members[1])
+    assert await sim.until(sim.settled, limit=BOUND) <= BOUND
+    assert members[2].pool.owned == frozenset(range(P))
+    sim.resume(members[1])
+    await sim.step(0.5)
+    assert members[1].pool.owned == frozenset()  # dropped on waking
+    assert await sim.until(sim.settled, limit=BOUND) <= BOUND
+    d = await sim.join()
+    assert await sim.until(sim.settled, limit=BOUND) <= BOUND
+    assert sorted(len(m.pool.owned) for m in (members[1], members[2], d)) == [2, 3, 3]
+    await sim.leave(members[2])
+    assert await sim.until(sim.settled, limit=BOUND) <= BOUND
+    assert len(members[1].pool.owned) == len(d.pool.owned) == P // 2
+    assert await sim.check_logs() == len(sim.commits)
+
+
+@pytest.mark.parametrize("seed", range(12))
+async def test_random_scripts_keep_every_partition_owned(seed: int) -> None:
+    """Seeded random scripts of joins, crashes, pauses, resumes and leaves at
+    random times; after the last change every partition is owned within the
+    bound, and no log has a commit of a fenced writer."""
+    rng = random.Random(seed)
+    sim = PoolSim(P, ttl=TTL, heartbeat=HB)
+    try:
+        await sim.join()
+        for _ in range(8):
+            await sim.advance(rng.choice([0.5, 1.5, 3.0, 6.0, 18.0]))
+            running = sim.running()
+            paused = [m for m in sim.members if m.paused]
+            action = rng.choice(["join", "crash", "pause", "resume", "leave"])
+            if action == "join" or not running:
+                await sim.join()
+            elif action == "crash" and len(running) > 1:
+                await sim.crash(rng.choice(running))
+            elif action == "pause" and len(running) > 1:
+                sim.pause(rng.choice(running))
+            elif action == "resume" and paused:
+                sim.resume(rng.choice(paused))
+            elif action == "leave" and len(running) > 1:
+                await sim.leave(rng.choice(running))
+        for m in sim.members:
+            if m.paused:
+                sim.resume(m)
+        took = await sim.until(sim.settled, limit=BOUND)
+        assert took <= BOUND, sim.describe()
+        assert sim.violations == []
+        assert await sim.check_logs() == len(sim.commits)
+    finally:
+        await sim.close()
+
+
+async def test_a_partition_that_fails_to_open_is_tried_again_at_the_next_tick(
+    sim: PoolSim,
+) -> None:
+    a = await sim.join()
+    await sim.advance(2)
+    b = sim.member()
+    b.parts.fail_acquire = {0, 1, 2, 3, 4, 5, 6, 7}
+    await b.pool.start()
+    took = await sim.until(sim.settled, limit=BOUND + HB)  # one tick more: a failed open
+    assert took <= BOUND + HB
+    assert len(b.pool.owned) == P // 2
+    assert b.parts.fail_acquire == set(range(P)) - b.pool.owned  # each failed once
+    assert a.parts.lost == []
+    assert await sim.check_logs() == len(sim.commits)
+
+
+async def test_a_failing_open_at_start_leaves_and_raises(sim: PoolSim) -> None:
+    a = sim.member()
+    a.parts.fail_acquire = {5}
+    with pytest.raises(RuntimeError, match="p5"):
+        await a.pool.start()
+    assert a.pool.owned == frozenset()
+    assert a.parts.writers == {}  # what opened was closed
+    assert sorted(p for p, _ in a.parts.lost) == [0, 1, 2, 3, 4, 6, 7]
+    assert decode_member("k", await sim.objects.get(member_name(a.id))).released
+    a.left = True
+    b = await sim.join()  # a said it left: no ttl to wait
+    assert b.pool.owned == frozenset(range(P))
