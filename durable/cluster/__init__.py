@@ -17,7 +17,8 @@ store's read-only view, which never fences the owner.
 
 The partitions of a partitioned store are shared by a pool of members through
 the assignment table (`durable.cluster.assignment`): a chain of create-if-absent
-versions naming each partition's owner, written by the lowest live member.
+versions naming each partition's owner, written by the lowest live member;
+each worker follows it through its `durable.cluster.pool.PoolMember`.
 
 Layering: this package sits between the decorators and the engine
 (`durable.decorators` -> `durable.cluster` -> `durable.engine` ->

@@ -56,20 +56,23 @@ from typing import Any, Protocol
 from durable._logging import get_logger
 from durable.cluster.chain import ChainVersion, OwnerChain, Reason
 from durable.cluster.decide import Decision, decide
+from durable.cluster.heartbeat import (
+    SELF_FENCE_FRACTION,
+    Heartbeat,
+    forget_departed,
+    observe_member,
+)
 from durable.cluster.members import (
     MEMBERS_PREFIX,
     Liveness,
-    MemberRecord,
     Role,
     Status,
-    encode_member,
     member_id_of,
     member_name,
 )
 from durable.errors import (
     InvalidArgument,
     MissingGuarantee,
-    ObjectNotFound,
     ObjectStoreError,
     StoreClosed,
     StoreError,
@@ -97,9 +100,6 @@ log = get_logger("durable.cluster")
 DEFAULT_TTL = 15.0
 #: Seconds between two puts of a member object.
 DEFAULT_HEARTBEAT = 3.0
-#: An owner whose last successful heartbeat started longer ago than this
-#: fraction of the ttl stops its writer.
-SELF_FENCE_FRACTION = 0.8
 #: The host lock an owner holds on stores that have one (a local directory).
 OWNER_LOCK = "cluster/owner.lock"
 #: Seconds between two tries of the host lock by a standby on the owner's
@@ -215,14 +215,12 @@ class Ownership:
         self._self_fenced = self_fenced or (lambda reason: StoreClosed(objects.url, reason))
         self._takeover = takeover
         self._ttl_ms = round(ttl * 1000)
-        self._fence_after_ms = int(self._ttl_ms * SELF_FENCE_FRACTION)
+        self._beat = Heartbeat(objects, self.member_id, self.clock, self._ttl_ms)
         self._chain = OwnerChain(objects)
         self._live = Liveness(self._ttl_ms)
         self._state = State.CLIENT
         self._started = False
         self._releasing = False
-        self._counter = 0
-        self._last_ok_ms: int | None = None
         self._writer: OwnerWriter | None = None
         self._held: OwnerLock | None = None
         self._transition = asyncio.Lock()
@@ -254,16 +252,7 @@ class Ownership:
         """
         if self._state is not State.OWNER:
             return f"member {self.member_id} does not own the store ({self._state.value})"
-        if self._last_ok_ms is None:
-            return f"member {self.member_id} has not renewed its heartbeat yet"
-        age = self.clock.now_ms() - self._last_ok_ms
-        if age > self._fence_after_ms:
-            return (
-                f"member {self.member_id} last renewed its ownership heartbeat {age / 1000:.1f} s "
-                f"ago, more than {SELF_FENCE_FRACTION} of the ttl ({self.ttl} s): another "
-                "member may own the store now"
-            )
-        return None
+        return self._beat.staleness("the store")
 
     async def start(self) -> None:
         """Join as a member and make the first decision: on return this member
@@ -483,14 +472,7 @@ class Ownership:
         )
 
     async def _read_member(self, member: str) -> None:
-        try:
-            data: bytes | None = await self.objects.get(member_name(member))
-        except ObjectNotFound:
-            data = None
-        undecodable = member in self._live.undecodable
-        self._live.observe(member, data, self.clock.now_ms())
-        if member in self._live.undecodable and not undecodable:
-            self._log.warning("member object undecodable", key=member_name(member))
+        await observe_member(self.objects, self._live, member, self.clock, self._log)
 
     async def _probe_lock(self, head: ChainVersion | None, statuses: dict[str, Status]) -> bool:
         """Whether the named owner let go of the host lock: it said it held it
@@ -593,33 +575,16 @@ class Ownership:
 
     async def _forget_departed(self) -> None:
         """Delete the objects of members seen dead or released (bounded litter)."""
-        departed = [
-            m
-            for m in self._live.known()
-            if m != self.member_id and self._live.status(m) in (Status.DEAD, Status.GONE)
-        ]
-        if not departed:
-            return
-        try:
-            await self.objects.delete([member_name(m) for m in departed])
-        except ObjectStoreError as e:
-            self._log.warning("deleting departed members failed", error=str(e))
-            return
-        self._live.forget(departed)
+        await forget_departed(self.objects, self._live, {self.member_id}, self._log)
 
     # ------------------------------------------------------------ helpers
 
     async def _put(self, *, released: bool = False) -> None:
         """Put this member's object; on success, the heartbeat is renewed as of
         the put's start."""
-        started = self.clock.now_ms()
-        self._counter += 1
         role = Role.OWNER if self._state is State.OWNER else Role.STANDBY
         locked_on = self.host if self._held is not None and not released else None
-        record = MemberRecord(self._counter, role, released, locked_on)
-        await self.objects.put(member_name(self.member_id), encode_member(record))
-        if self._last_ok_ms is None or started > self._last_ok_ms:
-            self._last_ok_ms = started
+        await self._beat.put(role, released=released, locked_on=locked_on)
 
     def _fence_if_stale(self) -> None:
         if self._state is State.OWNER and self._writer is not None:

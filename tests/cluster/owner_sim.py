@@ -410,23 +410,11 @@ class Sim:
 
     async def log_writers(self) -> list[tuple[int, bytes, bool]]:
         """(seq, writer id, marker) of every log object, in order."""
-        out = []
-        for name in await self.objects.list(LOG_PREFIX):
-            obj = decode_log(name, await self.objects.get(name))
-            out.append((obj.seq, obj.writer, obj.marker))
-        return out
+        return await log_writers(self.objects)
 
     async def check_epochs(self) -> None:
         """No log object of a writer after a newer writer's open marker."""
-        current: bytes | None = None
-        retired: set[bytes] = set()
-        for seq, writer, marker in await self.log_writers():
-            if marker:
-                if current is not None and current != writer:
-                    retired.add(current)
-                current = writer
-            assert writer not in retired, f"log object {seq} by a fenced writer"
-            assert writer == current, f"log object {seq} by a writer without a marker"
+        await check_epochs(self.objects)
 
     async def close(self) -> None:
         """Stop every member (abort: no writes) and forget the store."""
@@ -436,6 +424,33 @@ class Sim:
             if m.owner.writer is not None:
                 _Writer(m.owner.writer).stop(StoreError("simulation over"))
         MemoryObjectStore.forget(self.name)
+
+
+async def log_writers(objects: ObjectStore) -> list[tuple[int, bytes, bool]]:
+    """(seq, writer id, marker) of every log object of the store at ``objects``, in order."""
+    out = []
+    for name in await objects.list(LOG_PREFIX):
+        obj = decode_log(name, await objects.get(name))
+        out.append((obj.seq, obj.writer, obj.marker))
+    return out
+
+
+async def check_epochs(objects: ObjectStore) -> int:
+    """No log object of a writer after a newer writer's open marker, in the
+    store at ``objects``; the number of commits (non-marker objects)."""
+    current: bytes | None = None
+    retired: set[bytes] = set()
+    commits = 0
+    for seq, writer, marker in await log_writers(objects):
+        if marker:
+            if current is not None and current != writer:
+                retired.add(current)
+            current = writer
+        else:
+            commits += 1
+        assert writer not in retired, f"log object {seq} by a fenced writer"
+        assert writer == current, f"log object {seq} by a writer without a marker"
+    return commits
 
 
 def states(sim: Sim) -> dict[str, Any]:

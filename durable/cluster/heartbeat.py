@@ -1,0 +1,106 @@
+"""A member's own heartbeat, and its reads of the others' (shared by
+`durable.cluster.owner.Ownership` and `durable.cluster.pool.PoolMember`).
+
+`Heartbeat` puts the member object (`durable.cluster.members`) and keeps
+the time, on the member's own clock, at which its last successful put
+*started*: `Heartbeat.staleness` names a reason once that is more than
+`SELF_FENCE_FRACTION` of the ttl ago. An observer judges a member dead
+only after a full ttl without a change, so a member that stops writing at
+0.8 ttl stops before any other may take over what it holds.
+
+`observe_member` feeds one read of another member's object to a
+`Liveness`; `forget_departed` deletes the objects of members seen dead or
+released (bounded litter).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from typing import Any
+
+from durable.cluster.members import Liveness, MemberRecord, Role, Status, encode_member, member_name
+from durable.errors import ObjectNotFound, ObjectStoreError
+from durable.store.clock import Clock
+from durable.store.objects.base import ObjectStore
+
+__all__ = ["SELF_FENCE_FRACTION", "Heartbeat", "forget_departed", "observe_member"]
+
+#: A member whose last successful heartbeat started longer ago than this
+#: fraction of the ttl stops its writers.
+SELF_FENCE_FRACTION = 0.8
+
+
+class Heartbeat:
+    """The heartbeat of member ``member_id`` on ``objects``, on ``clock``,
+    for a ttl of ``ttl_ms``."""
+
+    def __init__(self, objects: ObjectStore, member_id: str, clock: Clock, ttl_ms: int) -> None:
+        self.objects = objects
+        self.member_id = member_id
+        self.clock = clock
+        self.ttl_ms = ttl_ms
+        #: After this many ms without a successful put, `staleness` names a reason.
+        self.fence_after_ms = int(ttl_ms * SELF_FENCE_FRACTION)
+        #: When (this member's clock) the last successful put started; None before.
+        self.last_ok_ms: int | None = None
+        self._counter = 0
+
+    async def put(
+        self, role: Role, *, released: bool = False, locked_on: str | None = None
+    ) -> None:
+        """Put the member object; on success the heartbeat is renewed as of
+        the put's start. The store's error propagates."""
+        started = self.clock.now_ms()
+        self._counter += 1
+        record = MemberRecord(self._counter, role, released, locked_on)
+        await self.objects.put(member_name(self.member_id), encode_member(record))
+        if self.last_ok_ms is None or started > self.last_ok_ms:
+            self.last_ok_ms = started
+
+    def staleness(self, holds: str) -> str | None:
+        """None while the heartbeat is fresh; else why this member may no
+        longer be sure it holds ``holds`` (e.g. "the store")."""
+        if self.last_ok_ms is None:
+            return f"member {self.member_id} has not renewed its heartbeat yet"
+        age = self.clock.now_ms() - self.last_ok_ms
+        if age > self.fence_after_ms:
+            return (
+                f"member {self.member_id} last renewed its ownership heartbeat {age / 1000:.1f} s "
+                f"ago, more than {SELF_FENCE_FRACTION} of the ttl ({self.ttl_ms / 1000} s): "
+                f"another member may own {holds} now"
+            )
+        return None
+
+
+async def observe_member(
+    objects: ObjectStore, live: Liveness, member: str, clock: Clock, log: Any
+) -> None:
+    """Read ``member``'s object (absent: None) into ``live`` at ``clock``'s now;
+    warn once when its bytes stop decoding. The store's error propagates."""
+    try:
+        data: bytes | None = await objects.get(member_name(member))
+    except ObjectNotFound:
+        data = None
+    undecodable = member in live.undecodable
+    live.observe(member, data, clock.now_ms())
+    if member in live.undecodable and not undecodable:
+        log.warning("member object undecodable", key=member_name(member))
+
+
+async def forget_departed(
+    objects: ObjectStore, live: Liveness, keep: Collection[str], log: Any
+) -> None:
+    """Delete the objects of the members ``live`` saw dead or released (but
+    none in ``keep``: this member, and those whose status still matters), and
+    stop tracking them; a failed delete is logged and retried next time."""
+    departed = [
+        m for m in live.known() if m not in keep and live.status(m) in (Status.DEAD, Status.GONE)
+    ]
+    if not departed:
+        return
+    try:
+        await objects.delete([member_name(m) for m in departed])
+    except ObjectStoreError as e:
+        log.warning("deleting departed members failed", error=str(e))
+        return
+    live.forget(departed)
