@@ -9,8 +9,9 @@ only after a full ttl without a change, so a member that stops writing at
 0.8 ttl stops before any other may take over what it holds.
 
 `observe_member` feeds one read of another member's object to a
-`Liveness`; `forget_departed` deletes the objects of members seen dead or
-released (bounded litter).
+`Liveness`; `observe_members` reads every member a pool member must judge
+(and records those whose object was deleted as gone); `forget_departed`
+deletes the objects of members seen dead or released (bounded litter).
 """
 
 from __future__ import annotations
@@ -18,12 +19,27 @@ from __future__ import annotations
 from collections.abc import Collection
 from typing import Any
 
-from durable.cluster.members import Liveness, MemberRecord, Role, Status, encode_member, member_name
+from durable.cluster.members import (
+    MEMBERS_PREFIX,
+    Liveness,
+    MemberRecord,
+    Role,
+    Status,
+    encode_member,
+    member_id_of,
+    member_name,
+)
 from durable.errors import ObjectNotFound, ObjectStoreError
 from durable.store.clock import Clock
 from durable.store.objects.base import ObjectStore
 
-__all__ = ["SELF_FENCE_FRACTION", "Heartbeat", "forget_departed", "observe_member"]
+__all__ = [
+    "SELF_FENCE_FRACTION",
+    "Heartbeat",
+    "forget_departed",
+    "observe_member",
+    "observe_members",
+]
 
 #: A member whose last successful heartbeat started longer ago than this
 #: fraction of the ttl stops its writers.
@@ -85,6 +101,34 @@ async def observe_member(
     live.observe(member, data, clock.now_ms())
     if member in live.undecodable and not undecodable:
         log.warning("member object undecodable", key=member_name(member))
+
+
+async def observe_members(
+    objects: ObjectStore,
+    live: Liveness,
+    me: str,
+    named: Collection[str],
+    clock: Clock,
+    log: Any,
+) -> dict[str, Status]:
+    """LIST the member objects; read every listed member and every one in
+    ``named`` (those the caller's state still names) except ``me`` into
+    ``live``; return the status of every member ``live`` knows but ``me``.
+
+    A member seen before that is neither listed nor named had its object
+    deleted: it is recorded as absent (gone), then forgotten. Without that
+    nobody would read it again and its last status (alive, say) would stand
+    for ever. Cost: one LIST and one GET per other member. The store's
+    error propagates.
+    """
+    listed = {m for m in map(member_id_of, await objects.list(MEMBERS_PREFIX)) if m}
+    for member in sorted((listed | set(named)) - {me}):
+        await observe_member(objects, live, member, clock, log)
+    deleted = set(live.known()) - listed - set(named) - {me}
+    for member in deleted:
+        live.observe(member, None, clock.now_ms())
+    live.forget(m for m in deleted if live.status(m) is Status.GONE)
+    return {m: live.status(m) for m in live.known() if m != me}
 
 
 async def forget_departed(

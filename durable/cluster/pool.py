@@ -62,16 +62,9 @@ from durable.cluster.assignment import (
     plan,
     release,
 )
-from durable.cluster.heartbeat import Heartbeat, forget_departed, observe_member
+from durable.cluster.heartbeat import Heartbeat, forget_departed, observe_members
 from durable.cluster.manifest import check_partitions, partition_prefix
-from durable.cluster.members import (
-    MEMBERS_PREFIX,
-    Liveness,
-    Role,
-    Status,
-    member_id_of,
-    member_name,
-)
+from durable.cluster.members import Liveness, Role, Status, member_name
 from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, OwnerWriter, check_timing
 from durable.errors import (
     InvalidArgument,
@@ -316,20 +309,12 @@ class PoolMember:
     # ------------------------------------------------------------ observe
 
     async def _observe(self) -> None:
-        """LIST the members; read every listed one and every one the table names.
-        A member seen before whose object the LIST no longer shows was deleted:
-        gone (without that, its last status would stand for ever)."""
-        listed = {m for m in map(member_id_of, await self.objects.list(MEMBERS_PREFIX)) if m}
+        """LIST the members; read every listed one and every one the table names
+        (`observe_members`: a member whose object was deleted is gone)."""
         named = {m for s in self._chain.table.slots for m in (s.owner, s.next) if m is not None}
-        for member in sorted((listed | named) - {self.member_id}):
-            await observe_member(self.objects, self._live, member, self.clock, self._log)
-        deleted = set(self._live.known()) - listed - named - {self.member_id}
-        for member in deleted:
-            self._live.observe(member, None, self.clock.now_ms())
-        self._live.forget(m for m in deleted if self._live.status(m) is Status.GONE)
-        self._statuses = {
-            m: self._live.status(m) for m in self._live.known() if m != self.member_id
-        }
+        self._statuses = await observe_members(
+            self.objects, self._live, self.member_id, named, self.clock, self._log
+        )
 
     # ----------------------------------------------------------- decisions
 

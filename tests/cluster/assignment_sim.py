@@ -9,7 +9,9 @@ time pass: it neither ticks nor commits, then wakes with its clock jumped).
 
 A member *ticks* every heartbeat: self-fence if its last successful
 heartbeat started more than 0.8 ttl ago, put its heartbeat, poll the chain,
-read every listed member and every member the table names (phase A); then
+read every listed member and every member the table names, recording a
+known member whose object was deleted as gone (`observe_members`, as the
+real `PoolMember` does) (phase A); then
 decide and write, re-reading and deciding again after a lost race (phase
 B); then open the partitions the table gives it and close those it no
 longer owns. Every step, every running member with a valid heartbeat
@@ -39,6 +41,7 @@ from dataclasses import dataclass, field
 
 import msgpack
 
+from durable._logging import get_logger
 from durable.cluster.assignment import (
     ASSIGNMENT_PREFIX,
     AssignmentChain,
@@ -49,8 +52,8 @@ from durable.cluster.assignment import (
     plan,
     release,
 )
+from durable.cluster.heartbeat import observe_members
 from durable.cluster.members import (
-    MEMBERS_PREFIX,
     Liveness,
     MemberRecord,
     Role,
@@ -64,6 +67,23 @@ from durable.store.objects.base import ObjectStore
 from durable.store.objects.memory import MemoryObjectStore
 
 SELF_FENCE = 0.8
+
+_log = get_logger("tests.assignment_sim")
+
+
+class SimClock:
+    """The simulation's time as a `Clock` (for the real helpers that read it)."""
+
+    def __init__(self, sim: Sim) -> None:
+        self.sim = sim
+
+    def now_ms(self) -> int:
+        """The simulation's now."""
+        return self.sim.now_ms
+
+    async def sleep(self, seconds: float) -> None:
+        """Not used: the simulation moves time itself."""
+        raise NotImplementedError("the simulation steps its members; nothing sleeps")
 
 
 class SimObjects(ObjectStore):
@@ -199,15 +219,10 @@ class Member:
         self.fence_if_stale()
         await self.beat()
         await self.chain.poll()
-        listed = {m for m in map(member_id_of, await self.objects.list(MEMBERS_PREFIX)) if m}
         named = {m for s in self.chain.table.slots for m in (s.owner, s.next) if m is not None}
-        for member in sorted((listed | named) - {self.id}):
-            try:
-                data: bytes | None = await self.objects.get(member_name(member))
-            except ObjectNotFound:
-                data = None
-            self.live.observe(member, data, self.sim.now_ms)
-        self.statuses = {m: self.live.status(m) for m in self.live.known() if m != self.id}
+        self.statuses = await observe_members(
+            self.objects, self.live, self.id, named, self.sim.clock, _log
+        )
 
     async def act(self) -> None:
         """Phase B: hand over what drained, plan if coordinator; then apply."""
@@ -296,6 +311,7 @@ class Sim:
         self.drain_ms = round(drain * 1000)
         self.objects = MemoryObjectStore()
         self.now_ms = 0
+        self.clock = SimClock(self)
         self.members: list[Member] = []
         self.logs = [PartitionLog() for _ in range(partitions)]
         self.opens = itertools.count()

@@ -10,6 +10,8 @@ from collections.abc import AsyncIterator
 import pytest
 from assignment_sim import Sim, coordinators
 
+from durable.cluster.members import member_name
+
 TTL, HB = 15.0, 3.0
 BOUND = TTL + 2 * HB  # every partition owned again within this after a change
 
@@ -184,3 +186,29 @@ async def test_a_newcomer_with_the_lowest_id_becomes_the_coordinator(sim: Sim) -
     assert coordinators(sim) == [a.id]
     assert sorted(len(m.open) for m in (a, b, c)) == [2, 3, 3]
     assert sim.fenced == 0  # it waited to see the owners alive: it took nothing from them
+
+
+async def test_a_departed_member_whose_object_was_deleted_stops_counting() -> None:
+    """The lowest member owns nothing (more members than partitions), so no table
+    names it; it crashes and its object is deleted (by a coordinator that judged it
+    dead first, or an operator) while the others last saw it alive. They must judge
+    it gone, not alive for ever: the next-lowest becomes the coordinator and takes
+    over what a member crashing next held."""
+    sim = Sim(2, ttl=TTL, heartbeat=HB)
+    b, c = await sim.join("m500"), await sim.join("m600")
+    await sim.until(sim.settled, limit=BOUND)
+    a = await sim.join("m100")
+    await sim.until(lambda: coordinators(sim) == [a.id], limit=BOUND)
+    assert sim.settled()
+    assert a.open == {}  # balanced: it owns nothing, no table slot names it
+    sim.crash(a)
+    await sim.objects.delete([member_name(a.id)])
+    await sim.until(lambda: coordinators(sim) == [b.id], limit=2 * HB)
+    lost = dict(c.open)  # partition -> (epoch, open order)
+    sim.crash(c)
+    took = await sim.until(sim.settled, limit=BOUND)
+    assert took <= BOUND
+    assert sorted(b.open) == [0, 1]
+    for p, (epoch, _) in lost.items():
+        assert sim.logs[p].last_marker() == (epoch + 1, b.id)
+    assert sim.violations == []
