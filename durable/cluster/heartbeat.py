@@ -8,6 +8,10 @@ the time, on the member's own clock, at which its last successful put
 only after a full ttl without a change, so a member that stops writing at
 0.8 ttl stops before any other may take over what it holds.
 
+`beat_forever` and `tick_forever` are a member's two loops (put the
+heartbeat; read and decide), and `stop_tasks` stops them with the
+member's background tasks.
+
 `observe_member` feeds one read of another member's object to a
 `Liveness`; `observe_members` reads every member a pool member must judge
 (and records those whose object was deleted as gone); `forget_departed`
@@ -16,7 +20,8 @@ deletes the objects of members seen dead or released (bounded litter).
 
 from __future__ import annotations
 
-from collections.abc import Collection
+import asyncio
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from typing import Any
 
 from durable.cluster.members import (
@@ -36,9 +41,12 @@ from durable.store.objects.base import ObjectStore
 __all__ = [
     "SELF_FENCE_FRACTION",
     "Heartbeat",
+    "beat_forever",
     "forget_departed",
     "observe_member",
     "observe_members",
+    "stop_tasks",
+    "tick_forever",
 ]
 
 #: A member whose last successful heartbeat started longer ago than this
@@ -148,3 +156,62 @@ async def forget_departed(
         log.warning("deleting departed members failed", error=str(e))
         return
     live.forget(departed)
+
+
+async def beat_forever(
+    clock: Clock,
+    heartbeat: float,
+    put: Callable[[], Awaitable[None]],
+    fence_if_stale: Callable[[], None],
+    log: Any,
+) -> None:
+    """A member's heartbeat loop: every ``heartbeat`` seconds, stop what a
+    stale heartbeat no longer covers (first: woken after a pause), ``put()``,
+    check again. A failed put is logged; the next one tries again."""
+    while True:
+        await clock.sleep(heartbeat)
+        fence_if_stale()
+        try:
+            await put()
+        except ObjectStoreError as e:
+            log.warning("heartbeat put failed", error=str(e))
+        fence_if_stale()
+
+
+async def tick_forever(
+    clock: Clock,
+    heartbeat: float,
+    leaving: Callable[[], bool],
+    transition: asyncio.Lock,
+    tick: Callable[[], Awaitable[None]],
+    log: Any,
+    what: str,
+) -> None:
+    """A member's watch loop: every ``heartbeat`` seconds, until
+    ``leaving()``, ``tick()`` under ``transition``. A store error is logged
+    (the next tick reads again); any other error too, naming ``what``: a
+    bug must not end the membership."""
+    while True:
+        await clock.sleep(heartbeat)
+        if leaving():
+            return
+        try:
+            async with transition:
+                await tick()
+        except ObjectStoreError as e:
+            log.warning(f"{what} check failed", error=str(e))
+        except Exception as e:  # a bug: keep the member alive, say why
+            log.error(f"{what} check crashed", error=repr(e))
+
+
+async def stop_tasks(
+    loops: list[asyncio.Task[None]], background: Iterable[asyncio.Task[None]]
+) -> None:
+    """Cancel a member's ``loops`` (emptied) and ``background`` tasks, but
+    not the calling task, and wait until they ended."""
+    current = asyncio.current_task()
+    tasks = [t for t in (*loops, *background) if t is not current]
+    loops.clear()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)

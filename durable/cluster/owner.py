@@ -59,8 +59,11 @@ from durable.cluster.decide import Decision, decide
 from durable.cluster.heartbeat import (
     SELF_FENCE_FRACTION,
     Heartbeat,
+    beat_forever,
     forget_departed,
     observe_member,
+    stop_tasks,
+    tick_forever,
 )
 from durable.cluster.members import (
     MEMBERS_PREFIX,
@@ -271,7 +274,14 @@ class Ownership:
             # Transient store errors at the start are retried like the log's
             # reads at open (a decision is safe to make again: it re-reads).
             await retry_transient(self._put, member_name(self.member_id), DEFAULT_RETRY_SECONDS)
-            self._loops.append(self._task(self._beat_loop(), "heartbeat"))
+            self._loops.append(
+                self._task(
+                    beat_forever(
+                        self.clock, self.heartbeat, self._put, self._fence_if_stale, self._log
+                    ),
+                    "heartbeat",
+                )
+            )
 
             async def first_decision() -> None:
                 async with self._transition:
@@ -281,7 +291,20 @@ class Ownership:
         except BaseException:
             await self._leave()
             raise
-        self._loops.append(self._task(self._watch_loop(), "watch"))
+        self._loops.append(
+            self._task(
+                tick_forever(
+                    self.clock,
+                    self.heartbeat,
+                    lambda: self._releasing,
+                    self._transition,
+                    self._tick,
+                    self._log,
+                    "ownership",
+                ),
+                "watch",
+            )
+        )
         if self._lock_fn is not None:
             self._loops.append(self._task(self._lock_loop(), "host lock"))
 
@@ -307,7 +330,7 @@ class Ownership:
                     error = e
             self._writer = None
             self._set_state(State.CLIENT)
-            await self._stop_tasks()
+            await stop_tasks(self._loops, self._bg)
             await self._let_go(released=True)
         self._log.info("released membership")
         if error is not None:
@@ -320,7 +343,7 @@ class Ownership:
         self._releasing = True
         self._writer = None
         self._set_state(State.CLIENT)
-        await self._stop_tasks()
+        await stop_tasks(self._loops, self._bg)
         self._drop_lock()
 
     async def wait_owner(self) -> None:
@@ -342,29 +365,6 @@ class Ownership:
         return f"Ownership(member={self.member_id!r}, {self._state.value})"
 
     # -------------------------------------------------------------- loops
-
-    async def _beat_loop(self) -> None:
-        while True:
-            await self.clock.sleep(self.heartbeat)
-            self._fence_if_stale()  # woken after a pause: stop the writer first
-            try:
-                await self._put()
-            except ObjectStoreError as e:
-                self._log.warning("heartbeat put failed", error=str(e))
-            self._fence_if_stale()
-
-    async def _watch_loop(self) -> None:
-        while True:
-            await self.clock.sleep(self.heartbeat)
-            if self._releasing:
-                return
-            try:
-                async with self._transition:
-                    await self._tick()
-            except ObjectStoreError as e:
-                self._log.warning("ownership check failed", error=str(e))
-            except Exception as e:  # a bug: keep the member alive, say why
-                self._log.error("ownership check crashed", error=repr(e))
 
     async def _lock_loop(self) -> None:
         """A standby on the owner's host: try the host lock every `LOCK_POLL`
@@ -617,20 +617,12 @@ class Ownership:
         if not task.cancelled() and (error := task.exception()) is not None:
             self._log.error("ownership task failed", error=repr(error))
 
-    async def _stop_tasks(self) -> None:
-        current = asyncio.current_task()
-        tasks = [t for t in (*self._loops, *self._bg) if t is not current]
-        self._loops.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
     async def _leave(self) -> None:
         """A failed start: stop, let go, and say so in the member object."""
         self._releasing = True
         self._writer = None
         self._set_state(State.CLIENT)
-        await self._stop_tasks()
+        await stop_tasks(self._loops, self._bg)
         self._drop_lock()
         with contextlib.suppress(ObjectStoreError):  # else others judge it dead after the ttl
             await self._put(released=True)

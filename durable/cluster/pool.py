@@ -62,7 +62,14 @@ from durable.cluster.assignment import (
     plan,
     release,
 )
-from durable.cluster.heartbeat import Heartbeat, forget_departed, observe_members
+from durable.cluster.heartbeat import (
+    Heartbeat,
+    beat_forever,
+    forget_departed,
+    observe_members,
+    stop_tasks,
+    tick_forever,
+)
 from durable.cluster.manifest import check_partitions, partition_prefix
 from durable.cluster.members import Liveness, Role, Status, member_name
 from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, OwnerWriter, check_timing
@@ -193,7 +200,14 @@ class PoolMember:
         self._started = True
         try:
             await retry_transient(self._put, member_name(self.member_id), DEFAULT_RETRY_SECONDS)
-            self._loops.append(self._task(self._beat_loop(), "heartbeat"))
+            self._loops.append(
+                self._task(
+                    beat_forever(
+                        self.clock, self.heartbeat, self._put, self._fence_if_stale, self._log
+                    ),
+                    "heartbeat",
+                )
+            )
 
             async def first_decision() -> None:
                 async with self._transition:
@@ -203,7 +217,20 @@ class PoolMember:
         except BaseException:
             await self._leave()
             raise
-        self._loops.append(self._task(self._watch_loop(), "pool watch"))
+        self._loops.append(
+            self._task(
+                tick_forever(
+                    self.clock,
+                    self.heartbeat,
+                    lambda: self._releasing,
+                    self._transition,
+                    self._tick,
+                    self._log,
+                    "pool",
+                ),
+                "pool watch",
+            )
+        )
 
     async def wait_owned(self, p: int) -> None:
         """Wait until this member holds partition ``p``; `StoreClosed` once it left."""
@@ -247,7 +274,7 @@ class PoolMember:
                 await self._write_release()
             except ObjectStoreError as e:  # the others judge it dead after the ttl
                 self._log.warning("writing the release version failed", error=str(e))
-            await self._stop_tasks()
+            await stop_tasks(self._loops, self._bg)
             try:
                 await self._put(released=True)
             except ObjectStoreError as e:
@@ -260,7 +287,7 @@ class PoolMember:
         """Stop every task at once and write nothing, like a process that
         died (others judge it dead after the ttl). No callback is called."""
         self._releasing = True
-        await self._stop_tasks()
+        await stop_tasks(self._loops, self._bg)
         self._held.clear()
         self._epochs.clear()
         self._draining.clear()
@@ -270,29 +297,6 @@ class PoolMember:
         return f"PoolMember(member={self.member_id!r}, owned={sorted(self.owned)})"
 
     # -------------------------------------------------------------- loops
-
-    async def _beat_loop(self) -> None:
-        while True:
-            await self.clock.sleep(self.heartbeat)
-            self._fence_if_stale()  # woken after a pause: stop the writers first
-            try:
-                await self._put()
-            except ObjectStoreError as e:
-                self._log.warning("heartbeat put failed", error=str(e))
-            self._fence_if_stale()
-
-    async def _watch_loop(self) -> None:
-        while True:
-            await self.clock.sleep(self.heartbeat)
-            if self._releasing:
-                return
-            try:
-                async with self._transition:
-                    await self._tick()
-            except ObjectStoreError as e:
-                self._log.warning("pool check failed", error=str(e))
-            except Exception as e:  # a bug: keep the member alive, say why
-                self._log.error("pool check crashed", error=repr(e))
 
     async def _tick(self, *, first: bool = False) -> None:
         """Read the table and the members; decide; apply (under `_transition`)."""
@@ -516,18 +520,10 @@ class PoolMember:
         if not task.cancelled() and (error := task.exception()) is not None:
             self._log.error("pool task failed", error=repr(error))
 
-    async def _stop_tasks(self) -> None:
-        current = asyncio.current_task()
-        tasks = [t for t in (*self._loops, *self._bg) if t is not current]
-        self._loops.clear()
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-
     async def _leave(self) -> None:
         """A failed start: stop, close what opened, say so in the member object."""
         self._releasing = True
-        await self._stop_tasks()
+        await stop_tasks(self._loops, self._bg)
         opened = [(p, w) for p, w in self._held.items() if w is not None]
         self._held.clear()
         self._epochs.clear()
