@@ -244,7 +244,41 @@ class SimMember:
         )
 
 
-class Sim:
+class Stepped:
+    """Time moved by `step`: `advance` and `until`, shared by the simulations."""
+
+    @property
+    def now(self) -> float:
+        """Seconds since the simulation started."""
+        raise NotImplementedError
+
+    async def step(self, seconds: float) -> None:
+        """Move time by ``seconds`` and let everything settle."""
+        raise NotImplementedError
+
+    def describe(self) -> str:
+        """What a failed `until` reports besides the time."""
+        return ""
+
+    async def advance(self, seconds: float, step: float = 0.5) -> None:
+        """`step` until ``seconds`` have passed."""
+        for _ in range(round(seconds / step)):
+            await self.step(step)
+
+    async def until(self, cond: Callable[[], bool], limit: float, step: float = 0.5) -> float:
+        """Step until ``cond()``; the seconds it took (AssertionError past ``limit``)."""
+        began = self.now
+        while not cond():
+            if self.now - began > limit:
+                detail = self.describe()
+                raise AssertionError(
+                    f"not within {limit} s (t={self.now})" + (f": {detail}" if detail else "")
+                )
+            await self.step(step)
+        return self.now - began
+
+
+class Sim(Stepped):
     """Members of one `memory://` store, driven step by step on mock time."""
 
     def __init__(
@@ -356,20 +390,6 @@ class Sim:
         await self.settle()
         if self.check:
             self.check_invariants()
-
-    async def advance(self, seconds: float, step: float = 0.5) -> None:
-        """`step` until ``seconds`` have passed."""
-        for _ in range(round(seconds / step)):
-            await self.step(step)
-
-    async def until(self, cond: Callable[[], bool], limit: float, step: float = 0.5) -> float:
-        """Step until ``cond()``; the seconds it took (AssertionError past ``limit``)."""
-        began = self.now
-        while not cond():
-            if self.now - began > limit:
-                raise AssertionError(f"not within {limit} s (t={self.now})")
-            await self.step(step)
-        return self.now - began
 
     async def crash(self, m: SimMember) -> None:
         """Kill ``m`` (kill -9): no more I/O, no release; its locks go."""

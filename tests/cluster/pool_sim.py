@@ -22,10 +22,9 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from owner_sim import START_MS, SimStore, check_epochs
+from owner_sim import START_MS, SimStore, Stepped, check_epochs
 
 from durable.cluster.heartbeat import SELF_FENCE_FRACTION
 from durable.cluster.manifest import partition_prefix
@@ -130,7 +129,7 @@ class SimMember:
         return not (self.paused or self.crashed or self.left)
 
 
-class PoolSim:
+class PoolSim(Stepped):
     """Members sharing ``partitions`` partitions of one `memory://` store."""
 
     def __init__(self, partitions: int = 8, *, ttl: float = 15.0, heartbeat: float = 3.0) -> None:
@@ -230,20 +229,6 @@ class PoolSim:
             held = self.believers(p)
             if len(held) > 1:
                 self.violations.append(f"t={self.now}: p{p} held by {[m.id for m in held]}")
-
-    async def advance(self, seconds: float, step: float = 0.5) -> None:
-        """`step` until ``seconds`` have passed."""
-        for _ in range(round(seconds / step)):
-            await self.step(step)
-
-    async def until(self, cond: Callable[[], bool], limit: float, step: float = 0.5) -> float:
-        """Step until ``cond()``; the seconds it took (AssertionError past ``limit``)."""
-        began = self.now
-        while not cond():
-            if self.now - began > limit:
-                raise AssertionError(f"not within {limit} s (t={self.now}): {self.describe()}")
-            await self.step(step)
-        return self.now - began
 
     async def crash(self, m: SimMember) -> None:
         """Kill ``m`` (kill -9): no more I/O, nothing written; its writers stop."""
