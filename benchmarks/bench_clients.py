@@ -68,7 +68,7 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
@@ -298,6 +298,19 @@ def child_main(
 # -------------------------------------------------------------------- parent
 
 
+def _current_owner(worker: Proc, standby: Proc, log: Callable[[str], None]) -> tuple[Proc, Proc]:
+    """(the process that owns the store now, the other one)."""
+    deadline = time.monotonic() + REPLY_TIMEOUT
+    while time.monotonic() < deadline:
+        if worker.call("owner"):
+            return worker, standby
+        if standby.call("owner"):
+            log("ownership moved to the standby before the kill: the owner renewed late")
+            return standby, worker
+        time.sleep(0.05)  # between a self-fence and the standby's acquire
+    raise TimeoutError(f"neither worker nor standby owns the store after {REPLY_TIMEOUT} s")
+
+
 class Proc:
     """A child process and the parent's end of its pipe."""
 
@@ -506,7 +519,10 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
             )
         )
 
-        # Takeover after kill -9 of the owner.
+        # Takeover after kill -9 of the owner. On a loaded machine, with the
+        # quick run's 1 s TTL, the owner may have been replaced already (a late
+        # renewal self-fences it): kill whichever process owns now.
+        worker, standby = _current_owner(worker, standby, log)
         standby.send("wait_owner", 120.0)
         t_kill = time.monotonic()
         worker.proc.kill()

