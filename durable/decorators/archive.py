@@ -161,6 +161,7 @@ def _decode(m: object, run_id: str) -> Archive:
 
 def _snapshot(engine: Engine, run_id: str) -> tuple[Archive, list[bytes]]:
     """The run's archivable KV values and their keys, read at once."""
+    engine = engine.for_run(run_id)
     kv = engine.queue.kv.internal()
     jprefix, pprefix = journal_prefix(run_id), published_prefix(run_id)
     journal = {int(k[len(jprefix) :]): v for k, v in kv.snapshot(jprefix)}
@@ -191,17 +192,18 @@ def needs_archive(engine: Engine, run_id: str) -> bool:
 
 
 def _memo(engine: Engine, run_id: str) -> Memo:
-    return engine.workflows.default.memos.run_memo(run_id)
+    return engine.for_run(run_id).workflows.default.memos.run_memo(run_id)
 
 
 def _terminated(engine: Engine, run_id: str) -> bool:
-    view = engine.workflows.default.view
+    view = engine.for_run(run_id).workflows.default.view
     return view.run_record(run_id) is None and view.terminal_record(run_id) is not None
 
 
 async def archive_run(engine: Engine, run_id: str) -> bool:
     """Move terminated run ``run_id``'s KV records to its archive; False when
     there was nothing left to move (archived already)."""
+    engine = engine.for_run(run_id)
     archive, keys = _snapshot(engine, run_id)
     if not keys:
         return False
@@ -227,6 +229,7 @@ async def read_archive(engine: Engine, run_id: str) -> Archive:
 
 async def load_journal(engine: Engine, run_id: str) -> Journal:
     """The journal of run ``run_id``, active or terminated."""
+    engine = engine.for_run(run_id)
     kv = engine.queue.kv.internal()
     memo = _memo(engine, run_id)
     journal = Journal.load(kv, memo, run_id)
@@ -243,6 +246,7 @@ async def load_invocation(
     """The encoded invocation run ``run_id`` was submitted with; None when the
     store has no record of it. ``archive``: the run's archive, when the caller
     has read it already."""
+    engine = engine.for_run(run_id)
     record = engine.queue.kv.get(invocation_key(run_id))
     if record is None and _terminated(engine, run_id):
         if archive is None:
@@ -256,6 +260,7 @@ async def load_invocation(
 async def load_published(engine: Engine, run_id: str, key: str) -> bytes | None:
     """The stored value run ``run_id`` published under ``key``, read from the
     KV or, once the run has terminated, its archive; None if there is none."""
+    engine = engine.for_run(run_id)
     kv = engine.queue.kv.internal()
     data = kv.get(published_prefix(run_id) + key.encode())
     if data is None and _terminated(engine, run_id):

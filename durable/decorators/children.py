@@ -28,8 +28,10 @@ import hashlib
 from collections.abc import Coroutine, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from durable.cluster.manifest import co_located_id, partition_of
 from durable.decorators.archive import load_journal
 from durable.decorators.context import RunContext
+from durable.decorators.current import engine_or_none
 from durable.decorators.invocation import encode_invocation
 from durable.decorators.journal import CHILD, Entry
 from durable.decorators.outcome import read_result
@@ -60,14 +62,25 @@ HEADER_POSITION = "durable.parent_position"
 _CHILD = frozenset({CHILD})
 
 
-def child_run_id(parent_run_id: str, position: int) -> str:
+def child_run_id(parent_run_id: str, position: int, partitions: int | None = None) -> str:
     """The run id of the child started at ``position`` of ``parent_run_id``:
-    ``{parent}-c{position}``, or a digest of both when that is too long."""
+    ``{parent}-c{position}``, or a digest of both when that is too long.
+
+    On a partitioned store (``partitions``; by default the current engine's
+    count, None when unpartitioned) the id is minted into the parent's
+    partition (`durable.cluster.manifest.co_located_id`), so the child's
+    terminal signal to its parent is one local commit."""
+    if partitions is None:
+        engine = engine_or_none()
+        partitions = engine.partition_count if engine is not None else None
     run_id = f"{parent_run_id}-c{position}"
-    if len(run_id) <= MAX_RUN_ID_LEN:
+    if len(run_id) > MAX_RUN_ID_LEN:
+        digest = hashlib.sha256(f"{parent_run_id}/{position}".encode()).hexdigest()
+        run_id = f"c-{digest[:60]}"
+    if partitions is None:
         return run_id
-    digest = hashlib.sha256(f"{parent_run_id}/{position}".encode()).hexdigest()
-    return f"c-{digest[:60]}"
+    home = partition_of(parent_run_id, partitions)
+    return co_located_id(run_id, home, partitions, max_len=MAX_RUN_ID_LEN)
 
 
 def child_key(run_id: str) -> str:
@@ -90,7 +103,7 @@ def call_child(
     start: asyncio.Task[None] | None = None
     if entry is None:
         start = asyncio.ensure_future(_start(run, position, definition, payload, child))
-    elif not entry.resolved and run.engine.workflows.default.status(child) is None:
+    elif not entry.resolved and run.engine.for_run(child).workflows.default.status(child) is None:
         # Journaled, then the process died before the child was submitted.
         start = asyncio.ensure_future(_submit(run, position, definition, payload, child))
     if start is not None:
@@ -142,7 +155,7 @@ async def resolve_child(run: RunContext, position: int, entry: Entry) -> Entry:
     resumed this delivery (the runner calls it before the workflow runs);
     the entry unchanged if the child has not terminated after all."""
     child = entry.key or ""
-    runtime = run.engine.workflows.default
+    runtime = run.engine.for_run(child).workflows.default
     status = runtime.status(child)
     if status is None or not isinstance(status.state, Terminated):
         return entry
@@ -161,7 +174,7 @@ async def resolve_child(run: RunContext, position: int, entry: Entry) -> Entry:
 async def cancel_tree(engine: Engine, run_id: str) -> bool:
     """Cancel run ``run_id`` and, through its journal, its children (theirs
     too); False if the run itself was unknown or had terminated."""
-    workflows = engine.workflows
+    workflows = engine.for_run(run_id).workflows
     cancelled = await workflows.runtime_of(run_id).cancel(run_id)
     await cancel_children(engine, run_id)
     return cancelled

@@ -17,7 +17,7 @@ from durable.errors import NoEngine
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
 
-__all__ = ["current_engine", "reset_engine", "set_engine"]
+__all__ = ["current_engine", "engine_or_none", "reset_engine", "set_engine"]
 
 _current: ContextVar[Engine | None] = ContextVar("durable_current_engine", default=None)
 
@@ -28,6 +28,11 @@ def current_engine(what: str = "this call") -> Engine:
     if engine is None:
         raise NoEngine(what)
     return engine
+
+
+def engine_or_none() -> Engine | None:
+    """The `Engine` running in this context, or None."""
+    return _current.get()
 
 
 def set_engine(engine: Engine) -> Token[Engine | None]:

@@ -62,7 +62,7 @@ async def fork_run(
     validate_run_id(run_id)
     payload = await load_invocation(engine, run_id)
     if payload is None:
-        runtime = engine.workflows.default
+        runtime = engine.for_run(run_id).workflows.default
         if runtime.status(run_id) is None:
             raise RunNotFound(run_id, "engine.fork()")
         raise InvalidArgument(
@@ -75,13 +75,16 @@ async def fork_run(
     definition = REGISTRY.get(invocation.name)
     if definition is None:
         raise UnknownWorkflow(run_id, invocation.name)
-    new_id = validate_run_id(new_run_id) if new_run_id is not None else engine.queue.next_job_id()
-    if engine.workflows.default.status(new_id) is not None:
+    if new_run_id is not None:
+        new_id = validate_run_id(new_run_id)
+    else:  # minted into the source's partition (itself when unpartitioned)
+        new_id = engine.co_located(engine.new_run_id(), run_id)
+    if engine.for_run(new_id).workflows.default.status(new_id) is not None:
         raise InvalidArgument(
             f"cannot fork run {run_id!r} as {new_id!r}: a run with that id exists; "
             "pass another new_run_id"
         )
-    memo = engine.workflows.default.memos.run_memo(new_id)
+    memo = engine.for_run(new_id).workflows.default.memos.run_memo(new_id)
     records: dict[bytes, bytes] = {}
     for position in range(n):
         entry = source.get(position)

@@ -50,7 +50,7 @@ class WorkflowHandle(Generic[R]):
         and the clash was not visible when this one started: see
         `durable.cluster.client`).
         """
-        engine = self._engine
+        engine = self._engine.for_run(self.run_id)
         runtime = engine.workflows.default
         end = await runtime.wait_timeout(self.run_id, timeout)
         if end is None:

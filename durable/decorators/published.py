@@ -59,6 +59,7 @@ async def wait_published(engine: Engine, run_id: str, key: str, limit: float | N
     `TimeoutError` naming the run and the key after it."""
     check_key(key)
     check_timeout(limit)
+    engine = engine.for_run(run_id)
     kv = engine.queue.kv.internal()
     runtime = engine.workflows.default
     view = runtime.view

@@ -50,7 +50,7 @@ from durable.store.objects.url import resolve_store
 from durable.store.queue import OpenOptions, Queue
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
 
     from durable.decorators.engine import Engine
 
@@ -78,8 +78,10 @@ class StoreSession:
         ttl: float,
         heartbeat: float,
         takeover: bool,
+        resolved: tuple[ObjectStore, bool] | None = None,
     ) -> None:
         self._engine = engine
+        self._resolved = resolved
         self._url = url
         self._storage_options = storage_options
         self.role = role
@@ -134,7 +136,10 @@ class StoreSession:
 
     async def open(self) -> None:
         """Reach the store in the engine's role (see the module docstring)."""
-        objects, owned = await resolve_store(self._url, self._storage_options)
+        if self._resolved is not None:  # the engine resolved it to read its manifest
+            (objects, owned), self._resolved = self._resolved, None
+        else:
+            objects, owned = await resolve_store(self._url, self._storage_options)
         self._objects, self._owned_objects = objects, owned
         try:
             if self.role == "client":
@@ -177,12 +182,20 @@ class StoreSession:
 
     async def _acquire(self) -> LogWriter:
         """Open the store as its owner and run the owner's mode."""
-        objects, engine, ownership = self._objects, self._engine, self._ownership
-        assert objects is not None
+        ownership = self._ownership
         assert ownership is not None
+        writer = await self._own(ownership.validity)
+        log.info("engine owns the store", url=writer.url, member=ownership.member_id)
+        return writer
+
+    async def _own(self, validity: Callable[[], str | None]) -> LogWriter:
+        """Open the store's `Queue` (its writer checks ``validity`` before
+        every commit) and run the owner's mode on it; its writer."""
+        objects, engine = self._objects, self._engine
+        assert objects is not None
         queue = await Queue.open(objects, OpenOptions(clock=engine.clock))
         try:
-            queue.writer.set_validity(ownership.validity)
+            queue.writer.set_validity(validity)
             # Before any run is read or written (durable on return).
             await ensure_codec_record(
                 queue.kv.internal(), engine.codec, queue.kv.url, replace=engine.replace_codec_record
@@ -197,7 +210,6 @@ class StoreSession:
                 await self._leave(drain=False)
             await queue.close()
             raise
-        log.info("engine owns the store", url=objects.url, member=ownership.member_id)
         return queue.writer
 
     async def _lose(self, reason: str) -> None:

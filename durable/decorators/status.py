@@ -128,6 +128,7 @@ class WorkflowStatus:
 
 async def read_status(engine: Engine, run_id: str) -> WorkflowStatus | None:
     """The `WorkflowStatus` of run ``run_id``; None if the store does not know it."""
+    engine = engine.for_run(run_id)
     runtime = engine.workflows.default
     view = runtime.view
     kv = engine.queue.kv.internal()

@@ -46,24 +46,24 @@ async def submit_run(
     """Submit a run of ``definition`` with the encoded invocation ``payload``;
     its run id (see the module docstring for a known id). ``records``: more
     reserved KV writes to commit with the submission (a fork's journal)."""
-    runtime = engine.workflows.runtime_for(definition.queue)
+    if run_id is None:
+        run_id = engine.new_run_id()
+    else:
+        validate_run_id(run_id)
+    runtime = engine.for_run(run_id).workflows.runtime_for(definition.queue)
     options = RunOptions(
         headers=dict(headers or {}),
         priority=priority,
         max_attempts_per_step=QUEUE_ATTEMPTS,  # the runner bounds them (progress)
         run_at=run_at,
     )
-    if run_id is not None:
-        validate_run_id(run_id)
-        view = runtime.view
-        terminal = view.terminal_record(run_id) if view.run_record(run_id) is None else None
-        if terminal is not None:
-            digest = terminal.input_sha256
-            if digest is not None and digest != input_digest(payload):
-                raise InputMismatch(run_id)
-            return run_id
-    else:
-        run_id = engine.queue.next_job_id()
+    view = runtime.view
+    terminal = view.terminal_record(run_id) if view.run_record(run_id) is None else None
+    if terminal is not None:
+        digest = terminal.input_sha256
+        if digest is not None and digest != input_digest(payload):
+            raise InputMismatch(run_id)
+        return run_id
     internal = await invocation_record(runtime.memos, run_id, payload)
     internal.update(records or {})
     outcome = await runtime.submit(

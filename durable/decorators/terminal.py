@@ -49,4 +49,7 @@ class RunTerminalHook:
         if needs_archive(engine, outcome.run_id):
             await archive_run(engine, outcome.run_id)
         if HEADER_PARENT in outcome.headers:
-            await engine.workflows.default.signal(child_key(outcome.run_id), b"terminated")
+            parent = outcome.headers[HEADER_PARENT]  # co-located: the same partition
+            await engine.for_run(parent).workflows.default.signal(
+                child_key(outcome.run_id), b"terminated"
+            )

@@ -100,6 +100,7 @@ async def wait_until_waiting(
     """
     if after is not None and after.run_id != run_id:
         raise InvalidArgument(f"after= describes run {after.run_id!r}, not {run_id!r}")
+    engine = engine.for_run(run_id)
     runtime = engine.workflows.default
     clock = engine.clock
     deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)

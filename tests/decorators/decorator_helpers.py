@@ -8,6 +8,7 @@ bounds them (`LIMIT`) so a bug fails the test instead of hanging it.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -25,8 +26,19 @@ Factory = Callable[[], ObjectStore]
 LIMIT = 20.0
 
 
+#: ``DURABLE_TEST_PARTITIONS=8`` runs every `make_engine` engine on a store of 8 partitions.
+PARTITIONS = (
+    int(os.environ["DURABLE_TEST_PARTITIONS"])
+    if os.environ.get("DURABLE_TEST_PARTITIONS")
+    else None
+)
+
+
 def make_engine(make_objects: Factory, clock: MockClock, **options: Any) -> Engine:
-    """An engine on the test's store (enter it with ``async with``)."""
+    """An engine on the test's store (enter it with ``async with``); on a
+    partitioned store when ``DURABLE_TEST_PARTITIONS`` is set."""
+    if PARTITIONS is not None:
+        options.setdefault("partitions", PARTITIONS)
     return Engine(make_objects(), clock=clock, **options)
 
 
@@ -51,6 +63,7 @@ async def wait_started(engine: Engine, run_id: str) -> None:
     """Wait until the store knows run ``run_id`` (a child run starts in its
     parent's delivery): a KV watch on its step pointer, which its submission
     writes."""
+    engine = engine.for_run(run_id)
     kv = engine.queue.kv
     key = keys.pointer_key(run_id)
     while engine.workflows.default.status(run_id) is None:

@@ -118,7 +118,12 @@ class JobSubmitter(Generic[P, R]):
     ) -> JobHandle[R]:
         fn = self.function
         engine = current_engine(f"submitting job {fn.name!r}")
-        runner = runner_for(engine, fn.job_type)
+        if key is None and engine.partitioned:
+            # Prototype: the id must route to the partition that holds the job,
+            # so a keyless job gets a fresh key (its id is that key's digest).
+            key = engine.new_run_id()
+        route = job_id_for_key(key) if key is not None else ""
+        runner = runner_for(engine.for_run(route), fn.job_type)
         job = fn.job_type(encode_invocation(engine.codec, fn.name, *call, kind="job"))
         submitted = await runner.submit(job, idempotency_key=key, **self._options())
         return JobHandle(
@@ -144,14 +149,15 @@ class JobSubmitter(Generic[P, R]):
             bind_call(fn.fn, fn.name, *item_call(item, single, fn.name, i))
             for i, item in enumerate(given)
         ]
-        runner = runner_for(engine, fn.job_type)
-        jobs = [
-            fn.job_type(encode_invocation(engine.codec, fn.name, *c, kind="job")) for c in calls
-        ]
         if self.idempotency_key is not None:
             group_id = group_id_for_key(fn.name, self.idempotency_key)
         else:
-            group_id = engine.queue.next_job_id()
+            group_id = engine.new_run_id()
+        # Prototype: every member in the group's partition (not spread yet).
+        runner = runner_for(engine.for_run(group_id), fn.job_type)
+        jobs = [
+            fn.job_type(encode_invocation(engine.codec, fn.name, *c, kind="job")) for c in calls
+        ]
         return await MappedJobs.submit(
             engine.codec, runner, jobs, key_list, group_id, self._options()
         )
@@ -306,8 +312,9 @@ class JobFunction(Generic[P, R]):
         """A handle on job ``job_id`` of this function (after a restart, or in
         another process); needs a running engine."""
         engine = current_engine(f"a handle on job {self.name!r}")
-        runtime = runner_for(engine, self.job_type).runtime
-        return JobHandle(engine.codec, runtime, validate_run_id(job_id), self.name)
+        job_id = validate_run_id(job_id)
+        runtime = runner_for(engine.for_run(job_id), self.job_type).runtime
+        return JobHandle(engine.codec, runtime, job_id, self.name)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         refuse_wait(f"await {self.name}(...)")

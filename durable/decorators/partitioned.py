@@ -1,0 +1,269 @@
+"""`PartitionedSession`: an `Engine`'s hold on a partitioned store (PROTOTYPE).
+
+A store created with ``partitions=P`` (`durable.cluster.manifest`) is P
+ordinary stores below one root, each at ``partition_prefix(p)``. The
+engine's hold on it is one `PartitionStore` per partition — the issue-14
+`StoreSession` over ``PrefixedObjectStore(root, partition_prefix(p))`` with
+the membership taken out: a worker engine is one `PoolMember` of the root,
+whose assignment table says which partitions it owns. An owned partition
+runs the owner's mode (its `Queue`, whose writer checks
+``pool.validity(p)`` before every commit, the codec record, the workflow
+runtimes, the services, the inbox applier); any other is reached as a
+client (a followed view, writes through that partition's inbox). A lone
+worker owns all P as soon as the pool member starts.
+
+Everything that reaches a run asks the engine for the run's partition
+(`durable.decorators.engine.Engine.for_run`), which is a `PartitionEngine`:
+a facade of the engine whose ``mode``, ``queue`` and ``workflows`` are that
+partition's and whose services are that partition's own instances (one
+`JobsService` per partition); everything else (the codec, the clock, the
+limits, routing again) is the engine's. The runtimes of a partition are
+built with its facade, so the runner, the terminal hook and the workflow
+contexts of a run reach its own partition without routing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING, Any, cast
+
+from durable._logging import get_logger
+from durable.cluster.manifest import Manifest, partition_of, partition_prefix
+from durable.cluster.pool import PoolMember
+from durable.decorators.services import EngineService, default_services
+from durable.decorators.session import Role, StoreSession
+from durable.errors import NoEngine, SelfFenced
+from durable.store.clock import SystemClock
+from durable.store.ids import IdGenerator
+from durable.store.objects.prefixed import PrefixedObjectStore
+
+if TYPE_CHECKING:
+    from durable.decorators.engine import Engine
+    from durable.decorators.modes import Mode
+    from durable.decorators.runtimes import WorkflowQueues
+    from durable.engine.access import RunQueue
+    from durable.store.log import LogWriter
+    from durable.store.objects.base import ObjectStore
+
+__all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession"]
+
+log = get_logger("durable.decorators")
+
+
+class PartitionEngine:
+    """The engine as one partition sees it; see the module docstring.
+
+    Typed as an `Engine` where it is passed (``cast``): it answers every
+    attribute the decorators use, its own (``mode``, ``queue``,
+    ``workflows``, the services) or the engine's.
+    """
+
+    def __init__(self, engine: Engine, partition: int) -> None:
+        self._engine = engine
+        #: This facade's partition.
+        self.partition = partition
+        self.store: PartitionStore | None = None
+        self._services: list[EngineService] = [factory() for factory in default_services()]
+        self._started: list[EngineService] = []
+
+    @property
+    def mode(self) -> Mode:
+        """The partition's mode now (its owner's queue, or a client view)."""
+        from durable.decorators.engine import _raise_if_fenced
+
+        store = self.store
+        mode = store.mode if store is not None else None
+        if mode is None:
+            raise NoEngine(f"partition {self.partition} of the engine")
+        _raise_if_fenced(mode)
+        return mode
+
+    @property
+    def queue(self) -> RunQueue:
+        """The partition's store as this engine reaches it now."""
+        return self.mode.queue
+
+    @property
+    def workflows(self) -> WorkflowQueues:
+        """The partition's workflow runtimes."""
+        store = self.store
+        workflows = store.workflows if store is not None else None
+        if workflows is None:
+            raise NoEngine(f"partition {self.partition} of the engine")
+        self.mode  # noqa: B018  (raises Fenced for a fenced owner)
+        return workflows
+
+    @property
+    def owner(self) -> bool:
+        """True while this engine owns the partition."""
+        return self.store is not None and self.store.owner
+
+    def started_services(self) -> list[EngineService]:
+        """The partition's services running now."""
+        return list(self._started)
+
+    async def start_services(self) -> None:
+        """Start the partition's services (each its own instance)."""
+        from durable.decorators.engine import Engine
+
+        await Engine.start_services(cast("Engine", self))
+
+    async def stop_services(self, *, abort: bool = False) -> list[BaseException]:
+        """Stop the partition's services; the errors they raised."""
+        from durable.decorators.engine import Engine
+
+        return await Engine.stop_services(cast("Engine", self), abort=abort)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._engine, name)
+
+    def __repr__(self) -> str:
+        return f"PartitionEngine({self.partition}, of {self._engine!r})"
+
+
+class PartitionStore(StoreSession):
+    """One partition's store: a `StoreSession` without membership."""
+
+    def __init__(self, facade: PartitionEngine, objects: ObjectStore, role: Role) -> None:
+        super().__init__(
+            cast("Engine", facade), objects, None, role=role, ttl=1.0, heartbeat=0.2, takeover=False
+        )
+        self._objects, self._owned_objects = objects, False
+
+    async def own(self, validity: Any) -> LogWriter:
+        """Open the partition as its owner (the pool gave it to this member)."""
+        return await self._own(validity)
+
+    async def lose(self, reason: str) -> None:
+        """The partition is another's now: stop, serve it as a client."""
+        await self._lose(reason)
+
+    async def release(self) -> None:
+        """Drain and close the owner's mode (before a handover)."""
+        await self._release()
+
+    async def serve_as_client(self, *, wait: bool) -> None:
+        """Reach the partition as a client (if not already in a mode)."""
+        await self._become_client(wait=wait)
+
+
+class PartitionedSession:
+    """The partitioned store of one running `Engine`; see the module docstring."""
+
+    def __init__(
+        self,
+        engine: Engine,
+        objects: ObjectStore,
+        owned_objects: bool,
+        manifest: Manifest,
+        *,
+        role: Role,
+        ttl: float,
+        heartbeat: float,
+    ) -> None:
+        self._engine = engine
+        self._objects = objects
+        self._owned_objects = owned_objects
+        #: The store's partition count.
+        self.partitions = manifest.partitions
+        self.role = role
+        self._ttl, self._heartbeat = ttl, heartbeat
+        self.facades = [PartitionEngine(engine, p) for p in range(self.partitions)]
+        for p, facade in enumerate(self.facades):
+            prefixed = PrefixedObjectStore(objects, partition_prefix(p))
+            facade.store = PartitionStore(facade, prefixed, role)
+        self._pool: PoolMember | None = None
+        self._ids = IdGenerator(engine.clock)
+        self._closing = False
+
+    def _store(self, p: int) -> PartitionStore:
+        store = self.facades[p].store
+        assert store is not None
+        return store
+
+    # ------------------------------------------------------------- state
+
+    def facade_of(self, run_id: str) -> PartitionEngine:
+        """The facade of the partition that holds ``run_id`` (or a key, a group)."""
+        return self.facades[partition_of(run_id, self.partitions)]
+
+    def new_id(self) -> str:
+        """A new run id (a ULID of this process's generator)."""
+        return self._ids.next()
+
+    @property
+    def owner(self) -> bool:
+        """True while this engine owns every partition (a lone worker)."""
+        return all(f.owner for f in self.facades)
+
+    @property
+    def opened(self) -> bool:
+        """True once every partition is reached (owned or as a client)."""
+        return all(f.store is not None and f.store.mode is not None for f in self.facades)
+
+    # --------------------------------------------------------- open/close
+
+    async def open(self) -> None:
+        """Join the pool (a worker) and reach every partition."""
+        try:
+            if self.role == "worker":
+                objects = self._objects
+                self._pool = PoolMember(
+                    objects,
+                    self.partitions,
+                    on_acquire=self._acquire,
+                    on_lose=self._lose,
+                    on_release=self._release,
+                    clock=SystemClock(),
+                    ttl=self._ttl,
+                    heartbeat=self._heartbeat,
+                    self_fenced=lambda p, reason: SelfFenced(
+                        f"{objects.url}/{partition_prefix(p)}", reason
+                    ),
+                )
+                await self._pool.start()
+            for p in range(self.partitions):
+                if self._store(p).mode is None:
+                    await self._store(p).serve_as_client(wait=self.role == "worker")
+        except BaseException:
+            await self.close()
+            raise
+
+    async def close(self) -> None:
+        """Drain and hand over every owned partition, close every one. Idempotent."""
+        self._closing = True
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            await pool.release()  # drains each owned partition (`_release`)
+        for facade in self.facades:
+            if facade.store is not None:
+                await facade.store.close()
+        if self._owned_objects:
+            await self._objects.close()
+            self._owned_objects = False
+
+    async def wait_for_owner(self, owner: bool) -> None:
+        """Wait until this engine owns every partition (``owner``) or none."""
+        while True:
+            owned = [f.owner for f in self.facades]
+            if (all(owned) if owner else not any(owned)) and self.opened:
+                return
+            await asyncio.sleep(0.05)
+
+    # ------------------------------------------------------------ the pool
+
+    async def _acquire(self, p: int) -> LogWriter:
+        pool = self._pool
+        assert pool is not None
+        writer = await self._store(p).own(lambda: pool.validity(p))
+        log.info("engine owns a partition", url=writer.url, partition=p, member=pool.member_id)
+        return writer
+
+    async def _lose(self, p: int, reason: str) -> None:
+        log.warning("engine lost a partition; serving it as a client", partition=p, reason=reason)
+        await self._store(p).lose(reason)
+
+    async def _release(self, p: int) -> None:
+        await self._store(p).release()
+        if not self._closing:  # handed over while running: reach it as a client
+            await self._store(p).serve_as_client(wait=True)
