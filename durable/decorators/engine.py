@@ -42,9 +42,9 @@ from durable.cluster.manifest import check_partitions, co_located_id, open_manif
 from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, check_timing
 from durable.decorators.codec import Codec
 from durable.decorators.current import reset_engine, set_engine
+from durable.decorators.partitioned import PartitionedSession
 from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from durable.decorators.services import EngineService, default_services
-from durable.decorators.partitioned import PartitionedSession
 from durable.decorators.session import Role, StoreSession
 from durable.engine.signals import SignalOutcome
 from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine, SelfFenced
