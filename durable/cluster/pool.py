@@ -40,7 +40,11 @@ P as soon as `PoolMember.start` returns: it is the coordinator, its first
 plan gives it everything. `PoolMember.release` drains every partition it
 holds (``on_release``), writes `durable.cluster.assignment.release`
 (each partition to its ``next`` or the least-loaded other live member)
-and puts its member object with ``released: true``.
+and puts its member object with ``released: true``. A `release` cancelled
+(a caller's timeout) or failing part-way still leaves: every writer held or
+draining is stopped, the member's tasks end, and its object says
+``released: true``, so the next member takes its partitions at once
+instead of finding a member that heartbeats on while owning nothing.
 
 Cost per member and heartbeat: one PUT (its object), one GET of the next
 table version, one LIST of the members and one GET per other member;
@@ -256,6 +260,20 @@ class PoolMember:
             return
         self._releasing = True
         self._signal()
+        try:
+            errors = await self._release()
+        except BaseException:
+            # Cancelled (a caller's timeout) or failed part-way: leave as a crash
+            # would, but say so, or the heartbeat would keep this member alive
+            # and its partitions unowned for ever.
+            await self._abandon(f"member {self.member_id} stopped while leaving")
+            raise
+        if errors:
+            raise errors[0]
+
+    async def _release(self) -> list[BaseException]:
+        """`release` once it began: drain, write the release version, put the
+        released member object; the ``on_release`` errors."""
         while self._bg:  # drains and losses in progress finish first
             await asyncio.gather(*self._bg, return_exceptions=True)
         errors: list[BaseException] = []
@@ -280,8 +298,7 @@ class PoolMember:
             except ObjectStoreError as e:
                 self._log.warning("putting the released member object failed", error=str(e))
         self._log.info("left the pool", partitions=held)
-        if errors:
-            raise errors[0]
+        return errors
 
     async def abort(self) -> None:
         """Stop every task at once and write nothing, like a process that
@@ -519,6 +536,26 @@ class PoolMember:
         self._bg.discard(task)
         if not task.cancelled() and (error := task.exception()) is not None:
             self._log.error("pool task failed", error=repr(error))
+
+    async def _abandon(self, reason: str) -> None:
+        """Stop every writer held or draining (no callback: the engine is
+        closing), every task, and put the member object with ``released:
+        true`` (best effort) so the next member takes the partitions at once:
+        the stopped writers commit nothing more (the new owner's open marker
+        fences them all the same)."""
+        for p, writer in [*self._held.items(), *self._draining.items()]:
+            if writer is not None and writer.failure is None:
+                writer.stop(self._self_fenced(p, reason))
+        self._held.clear()
+        self._epochs.clear()
+        self._draining.clear()
+        self._signal()
+        await stop_tasks(self._loops, self._bg)
+        try:
+            await self._put(released=True)
+        except ObjectStoreError as e:  # the others judge it dead after the ttl
+            self._log.warning("putting the released member object failed", error=str(e))
+        self._log.warning("left the pool abruptly", reason=reason)
 
     async def _leave(self) -> None:
         """A failed start: stop, close what opened, say so in the member object."""

@@ -62,6 +62,8 @@ class Partitions:
     drain: asyncio.Event | None = None
     #: Drains waiting for `drain`.
     blocked: int = 0
+    #: Set whenever a drain starts waiting for `drain`.
+    drain_blocked: asyncio.Event = field(default_factory=asyncio.Event)
     #: Partitions whose next ``on_acquire`` raises.
     fail_acquire: set[int] = field(default_factory=set)
 
@@ -88,6 +90,7 @@ class Partitions:
         self.released.append(p)
         if self.drain is not None and not self.drain.is_set():
             self.blocked += 1
+            self.drain_blocked.set()
             try:
                 await self.drain.wait()
             finally:

@@ -168,6 +168,34 @@ async def test_the_last_member_leaving_leaves_everything_to_the_next(sim: PoolSi
     assert await sim.check_logs() == len(sim.commits)
 
 
+async def test_a_leave_cancelled_while_draining_still_leaves_everything_to_the_next(
+    sim: PoolSim,
+) -> None:
+    a = await sim.join()
+    a.parts.drain = asyncio.Event()  # the drain never ends by itself
+    await sim.advance(2)
+    leaving = asyncio.ensure_future(a.pool.release())
+
+    async def every_drain_blocked() -> None:
+        while a.parts.blocked < P:
+            a.parts.drain_blocked.clear()
+            await a.parts.drain_blocked.wait()
+
+    await asyncio.wait_for(every_drain_blocked(), 10)
+    leaving.cancel()  # e.g. the engine's caller timed out
+    with pytest.raises(asyncio.CancelledError):
+        await leaving
+    a.left = True
+    # Its writers are stopped and its heartbeat too: it says it left.
+    assert all(w.failure is not None for w in a.parts.writers.values())
+    assert a.pool.owned == frozenset()
+    record = decode_member(member_name(a.id), await sim.objects.get(member_name(a.id)))
+    assert record.released
+    b = await sim.join()  # no ttl to wait
+    assert b.pool.owned == frozenset(range(P))
+    assert await sim.check_logs() == len(sim.commits)
+
+
 async def test_a_drain_keeps_committing_until_done_then_hands_over(sim: PoolSim) -> None:
     a = await sim.join()
     a.parts.drain = asyncio.Event()

@@ -15,10 +15,12 @@ from typing import Any
 from durable.decorators.archive import invocation_key, load_journal
 from durable.decorators.engine import Engine
 from durable.decorators.journal import Journal
+from durable.decorators.progress import DEFERRED, MAX_DEFERRAL
 from durable.decorators.status import WorkflowStatus
 from durable.engine import keys
 from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
+from durable.store.queue.keys import history_key
 
 Factory = Callable[[], ObjectStore]
 
@@ -72,6 +74,38 @@ async def wait_started(engine: Engine, run_id: str) -> None:
             await fut
         finally:
             kv.unwatch(key, fut)
+
+
+async def deferrals(engine: Engine, run_id: str, count: int) -> None:
+    """Wait until the delivery job of run ``run_id`` was deferred ``count``
+    times (its attempt history says so): a watch on the history key."""
+    engine = engine.for_run(run_id)
+
+    async def seen() -> None:
+        watchers = engine.queue.writer.watchers
+        while True:
+            pointer = engine.workflows.default.view.pointer(run_id)
+            assert pointer is not None
+            history = engine.queue.attempt_history(pointer.job_id)
+            if sum((e.error or "").startswith(DEFERRED) for e in history) >= count:
+                return
+            key = history_key(pointer.job_id)
+            fut = watchers.watch(key)  # no await since the read
+            try:
+                await fut
+            finally:
+                watchers.unwatch(key, fut)
+
+    await asyncio.wait_for(seen(), LIMIT)
+
+
+async def after_deferral(engine: Engine, run_id: str, count: int) -> None:
+    """Wait for the ``count``-th deferral of run ``run_id``, then let its time pass."""
+    await deferrals(engine, run_id, count)
+    clock = engine.clock
+    assert isinstance(clock, MockClock)
+    clock.advance(MAX_DEFERRAL)
+    engine.for_run(run_id).queue.promote_scheduled_now()
 
 
 async def journal_of(engine: Engine, run_id: str) -> Journal:

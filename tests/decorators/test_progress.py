@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from decorator_helpers import LIMIT, Factory, journal_of, make_engine, result
+from decorator_helpers import LIMIT, Factory, after_deferral, journal_of, make_engine, result
 
 import durable
 from durable.decorators.engine import Engine
@@ -34,7 +34,6 @@ from durable.decorators.progress import (
 from durable.errors import CorruptEngineRecord, InvalidArgument, RunStalled
 from durable.store.clock import MockClock
 from durable.store.queue import AttemptOutcome, HistoryEntry
-from durable.store.queue.keys import history_key
 from durable.testing import FaultyObjectStore
 
 runs: Counter[str] = Counter()
@@ -145,37 +144,6 @@ def test_attempts_without_progress_count_from_the_mark_of_this_step() -> None:
     for corrupt in (b"", b"\xc1", encode_mark(1, 2)[:-1], b"\x92\x01\xc3"):
         with pytest.raises(CorruptEngineRecord, match="the progress mark of run 'r'"):
             decode_mark(corrupt, "r")
-
-
-async def deferrals(engine: Engine, run_id: str, count: int) -> None:
-    """Wait until the delivery job of run ``run_id`` was deferred ``count``
-    times (its attempt history says so): a watch on the history key."""
-
-    async def seen() -> None:
-        watchers = engine.queue.writer.watchers
-        while True:
-            pointer = engine.workflows.default.view.pointer(run_id)
-            assert pointer is not None
-            history = engine.queue.attempt_history(pointer.job_id)
-            if sum((e.error or "").startswith(DEFERRED) for e in history) >= count:
-                return
-            key = history_key(pointer.job_id)
-            fut = watchers.watch(key)  # no await since the read
-            try:
-                await fut
-            finally:
-                watchers.unwatch(key, fut)
-
-    await asyncio.wait_for(seen(), LIMIT)
-
-
-async def after_deferral(engine: Engine, run_id: str, count: int) -> None:
-    """Wait for the ``count``-th deferral of run ``run_id``, then let its time pass."""
-    await deferrals(engine, run_id, count)
-    clock = engine.clock
-    assert isinstance(clock, MockClock)
-    clock.advance(MAX_DEFERRAL)
-    engine.queue.promote_scheduled_now()
 
 
 async def test_a_run_that_progresses_survives_more_crashes_than_any_attempt_limit(
