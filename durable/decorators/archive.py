@@ -46,7 +46,7 @@ from durable.errors import CorruptEngineRecord
 from durable.store.log.batch import WriteBatch
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
     from durable.engine.memo import Memo, MemoStore
 
 __all__ = [
@@ -159,7 +159,7 @@ def _decode(m: object, run_id: str) -> Archive:
     return Archive(invocation, journal, published)
 
 
-def _snapshot(engine: Engine, run_id: str) -> tuple[Archive, list[bytes]]:
+def _snapshot(engine: EngineBase, run_id: str) -> tuple[Archive, list[bytes]]:
     """The run's archivable KV values and their keys, read at once."""
     engine = engine.for_run(run_id)
     kv = engine.queue.kv.internal()
@@ -176,12 +176,12 @@ def _snapshot(engine: Engine, run_id: str) -> tuple[Archive, list[bytes]]:
     return Archive(invocation, journal, published), keys
 
 
-def run_keys(engine: Engine, run_id: str) -> list[bytes]:
+def run_keys(engine: EngineBase, run_id: str) -> list[bytes]:
     """Every KV key the decorators keep for run ``run_id`` (read at once)."""
     return _snapshot(engine, run_id)[1]
 
 
-def needs_archive(engine: Engine, run_id: str) -> bool:
+def needs_archive(engine: EngineBase, run_id: str) -> bool:
     """Whether run ``run_id``'s KV records take more than `ARCHIVE_MIN_BYTES`
     (its keys and values; read at once)."""
     archive, keys = _snapshot(engine, run_id)
@@ -191,16 +191,16 @@ def needs_archive(engine: Engine, run_id: str) -> bool:
     return sum(map(len, keys)) + sum(map(len, values)) > ARCHIVE_MIN_BYTES
 
 
-def _memo(engine: Engine, run_id: str) -> Memo:
+def _memo(engine: EngineBase, run_id: str) -> Memo:
     return engine.for_run(run_id).workflows.default.memos.run_memo(run_id)
 
 
-def _terminated(engine: Engine, run_id: str) -> bool:
+def _terminated(engine: EngineBase, run_id: str) -> bool:
     view = engine.for_run(run_id).workflows.default.view
     return view.run_record(run_id) is None and view.terminal_record(run_id) is not None
 
 
-async def archive_run(engine: Engine, run_id: str) -> bool:
+async def archive_run(engine: EngineBase, run_id: str) -> bool:
     """Move terminated run ``run_id``'s KV records to its archive; False when
     there was nothing left to move (archived already)."""
     engine = engine.for_run(run_id)
@@ -221,13 +221,13 @@ async def archive_run(engine: Engine, run_id: str) -> bool:
     return True
 
 
-async def read_archive(engine: Engine, run_id: str) -> Archive:
+async def read_archive(engine: EngineBase, run_id: str) -> Archive:
     """The archive of run ``run_id`` (empty if it has none)."""
     stored = await _memo(engine, run_id).get(ARCHIVE_KEY)
     return Archive() if stored is None else _decode(stored, run_id)
 
 
-async def load_journal(engine: Engine, run_id: str) -> Journal:
+async def load_journal(engine: EngineBase, run_id: str) -> Journal:
     """The journal of run ``run_id``, active or terminated."""
     engine = engine.for_run(run_id)
     kv = engine.queue.kv.internal()
@@ -241,7 +241,7 @@ async def load_journal(engine: Engine, run_id: str) -> Journal:
 
 
 async def load_invocation(
-    engine: Engine, run_id: str, archive: Archive | None = None
+    engine: EngineBase, run_id: str, archive: Archive | None = None
 ) -> bytes | None:
     """The encoded invocation run ``run_id`` was submitted with; None when the
     store has no record of it. ``archive``: the run's archive, when the caller
@@ -257,7 +257,7 @@ async def load_invocation(
     return await _invocation_payload(_memo(engine, run_id), run_id, record)
 
 
-async def load_published(engine: Engine, run_id: str, key: str) -> bytes | None:
+async def load_published(engine: EngineBase, run_id: str, key: str) -> bytes | None:
     """The stored value run ``run_id`` published under ``key``, read from the
     KV or, once the run has terminated, its archive; None if there is none."""
     engine = engine.for_run(run_id)

@@ -41,7 +41,7 @@ from durable.engine.runs import MAX_RUN_ID_LEN, Terminated
 from durable.errors import InputMismatch, RunCancelled
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
     from durable.decorators.registry import WorkflowDefinition
 
 __all__ = [
@@ -171,7 +171,7 @@ async def resolve_child(run: RunContext, position: int, entry: Entry) -> Entry:
     return await run.record(position, entry.replace(err=err))
 
 
-async def cancel_tree(engine: Engine, run_id: str) -> bool:
+async def cancel_tree(engine: EngineBase, run_id: str) -> bool:
     """Cancel run ``run_id`` and, through its journal, its children (theirs
     too); False if the run itself was unknown or had terminated."""
     workflows = engine.for_run(run_id).workflows
@@ -180,7 +180,7 @@ async def cancel_tree(engine: Engine, run_id: str) -> bool:
     return cancelled
 
 
-async def cancel_children(engine: Engine, run_id: str) -> None:
+async def cancel_children(engine: EngineBase, run_id: str) -> None:
     """Cancel every child run in ``run_id``'s journal (and theirs)."""
     journal = await load_journal(engine, run_id)
     for child in journal.children():

@@ -36,8 +36,8 @@ from durable.engine import keys
 from durable.errors import NonDeterminismError, NotInWorkflow, StoreError, UntrustedPayload
 
 if TYPE_CHECKING:
+    from durable.decorators.base import EngineBase
     from durable.decorators.codec import Codec
-    from durable.decorators.engine import Engine
     from durable.decorators.journal import Entry, Journal
     from durable.engine.delivery import Step
     from durable.store.clock import Clock
@@ -55,7 +55,7 @@ __all__ = [
 _run: ContextVar[RunContext | None] = ContextVar("durable_run", default=None)
 _step: ContextVar[str | None] = ContextVar("durable_step", default=None)
 #: engine -> run id -> position -> name of each step whose body runs now.
-_executing: weakref.WeakKeyDictionary[Engine, dict[str, dict[int, str]]] = (
+_executing: weakref.WeakKeyDictionary[EngineBase, dict[str, dict[int, str]]] = (
     weakref.WeakKeyDictionary()
 )
 
@@ -65,7 +65,7 @@ class RunContext:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineBase,
         delivery: Step,
         journal: Journal,
         draining: asyncio.Event,
@@ -256,7 +256,7 @@ def in_step(name: str) -> Iterator[None]:
         _step.reset(token)
 
 
-def executing_step(engine: Engine, run_id: str) -> str | None:
+def executing_step(engine: EngineBase, run_id: str) -> str | None:
     """The name of the step of run ``run_id`` whose body ``engine`` runs now
     (of several gathered ones, the one called first); None if none does."""
     steps = _executing.get(engine, {}).get(run_id)

@@ -35,11 +35,12 @@ import signal as _signal
 from collections.abc import Mapping, Sequence
 from contextvars import Token
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal
 
 from durable._logging import get_logger
 from durable.cluster.manifest import check_partitions, co_located_id, open_manifest, partition_of
 from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, check_timing
+from durable.decorators.base import EngineBase
 from durable.decorators.codec import Codec
 from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.partitioned import PartitionedSession
@@ -135,7 +136,7 @@ def _raise_if_fenced(mode: Mode) -> None:
         raise Fenced(failure.url, failure.seq) from None
 
 
-class Engine:
+class Engine(EngineBase):
     """Runs the workflows (and, through services, the jobs) of this process.
 
     ``url`` is the store: a path, a ``file://``, ``s3://``, ``gs://`` or
@@ -205,6 +206,7 @@ class Engine:
         #: The partition count asked for (None: the store's, or unpartitioned).
         self._partitions = None if partitions is None else check_partitions(partitions)
         self._storage_options = storage_options
+        super().__init__(_check_concurrency(concurrency), [])
         #: ``"worker"`` or ``"client"``; see the class doc.
         self.role = _check_role(role)
         self._ttl, self._heartbeat = check_timing(ttl, heartbeat)
@@ -213,7 +215,6 @@ class Engine:
         if takeover and role == "client":
             raise InvalidArgument("takeover=True is for a worker: a client never owns the store")
         self._takeover = takeover
-        self._concurrency = _check_concurrency(concurrency)
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
         self.retention = _check_retention(retention)
         #: Attempts of a run that may end in a row without progress; see the class doc.
@@ -227,14 +228,14 @@ class Engine:
         #: Record this engine's codec as the store's instead of checking it.
         self.replace_codec_record = replace_codec_record
         #: The source of every timestamp, timeout and durable timer.
-        self.clock: Clock = clock if clock is not None else SystemClock()
-        self._services: list[EngineService] = []
-        self._started: list[EngineService] = []
+        self.clock = clock if clock is not None else SystemClock()
         self._session: StoreSession | PartitionedSession | None = None
         self._token: Token[Engine | None] | None = None
         self._errors: list[BaseException] = []
-        for factory in default_services():  # e.g. the @job runner
-            self.add_service(factory())
+        #: The default services' instances (per partition when partitioned).
+        self._defaults: list[EngineService] = [factory() for factory in default_services()]
+        for service in self._defaults:  # e.g. the @job runner
+            self.add_service(service)
 
     # -------------------------------------------------------------- parts
 
@@ -254,18 +255,13 @@ class Engine:
         session = self._session
         return session.partitions if isinstance(session, PartitionedSession) else None
 
-    @property
-    def partitioned(self) -> bool:
-        """True while the engine runs on a partitioned store."""
-        return isinstance(self._session, PartitionedSession)
-
-    def for_run(self, run_id: str) -> Engine:
+    def for_run(self, run_id: str) -> EngineBase:
         """The engine as the partition of ``run_id`` (a run, job, key or
         group id) sees it: this engine itself on an unpartitioned store,
         else that partition's `PartitionEngine` (its mode, queue, runtimes)."""
         session = self._session
         if isinstance(session, PartitionedSession):
-            return cast("Engine", session.facade_of(run_id))
+            return session.facade_of(run_id)
         return self
 
     def new_run_id(self) -> str:
@@ -317,32 +313,20 @@ class Engine:
         self.mode  # noqa: B018  (raises Fenced for a fenced owner)
         return workflows
 
-    def concurrency_of(self, queue: str, default: int) -> int:
-        """The concurrency given for ``queue`` in ``Engine(concurrency=...)``,
-        else ``default`` (0: this process runs none of that queue's work)."""
-        return self._concurrency.get(queue, default)
-
-    def workflow_limits(self) -> dict[str, int]:
-        """The concurrency limits of the workflow queues (not the services')."""
-        owned = self.service_queues()
-        return {q: n for q, n in self._concurrency.items() if q not in owned}
-
-    def service_queues(self) -> frozenset[str]:
-        """The queues the engine's services run (a service may name them with
-        a ``queues()`` method): no workflow worker is started on those."""
-        owned: set[str] = set()
-        for service in self._services:
-            queues = getattr(service, "queues", None)
-            if callable(queues):
-                owned.update(queues())
-        return frozenset(owned)
-
     def add_service(self, service: EngineService) -> None:
         """Run ``service`` with this engine: started on enter after the store
         opens (in registration order), stopped on exit before it closes (in
         reverse order); started again when the engine becomes or stops
         being the store's owner (`mode`). One added while the engine runs
-        starts at the next `start_services`."""
+        starts at the next `start_services`.
+
+        On a partitioned store (``partitions=``) a service added here runs
+        once per engine, not per partition: started once every partition is
+        reached (owned or as a client), stopped before any closes, and not
+        restarted when partitions move between processes; it reaches a
+        run's store with ``engine.for_run(run_id)`` (``engine.queue`` is
+        per partition). The default services (the ``@job`` runner) run per
+        partition, each partition its own instance."""
         if not callable(getattr(service, "start", None)) or not callable(
             getattr(service, "stop", None)
         ):
@@ -352,30 +336,16 @@ class Engine:
             )
         self._services.append(service)
 
-    def started_services(self) -> list[EngineService]:
-        """The services running now, in start order."""
-        return list(self._started)
+    def concurrency_limits(self) -> dict[str, int]:
+        """The per-queue limits given in ``Engine(concurrency=...)``."""
+        return dict(self._concurrency)
 
-    async def start_services(self) -> None:
-        """Start the services added since the engine started (idempotent)."""
-        for service in self._services:
-            if service not in self._started:
-                await service.start(self)
-                self._started.append(service)
-
-    async def stop_services(self, *, abort: bool = False) -> list[BaseException]:
-        """Stop the running services in reverse order (``abort``: as a crash
-        would, where a service can: its ``abort()``); the errors they raised."""
-        errors: list[BaseException] = []
-        for service in reversed(self._started):
-            stop = getattr(service, "abort", None) if abort else None
-            try:
-                await (stop() if callable(stop) else service.stop())
-            except Exception as e:  # the others still stop
-                log.error("service failed to stop", service=repr(service), error=str(e))
-                errors.append(e)
-        self._started.clear()
-        return errors
+    def _runnable_services(self) -> list[EngineService]:
+        """Every service added; on a partitioned store only those added
+        with `add_service` (each partition runs its own default services)."""
+        if isinstance(self._session, PartitionedSession):
+            return [s for s in self._services if s not in self._defaults]
+        return self._services
 
     def record_errors(self, errors: list[BaseException]) -> None:
         """Errors of stopping a mode, raised when the engine exits."""

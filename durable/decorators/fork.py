@@ -29,7 +29,7 @@ from durable.engine.runs import validate_run_id
 from durable.errors import InvalidArgument, RunNotFound, UnknownWorkflow
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
     from durable.decorators.handles import WorkflowHandle
 
 __all__ = ["fork_run"]
@@ -53,7 +53,7 @@ def _copyable(journal: Journal, run_id: str, from_step: object) -> int:
 
 
 async def fork_run(
-    engine: Engine, run_id: str, from_step: int, new_run_id: str | None = None
+    engine: EngineBase, run_id: str, from_step: int, new_run_id: str | None = None
 ) -> WorkflowHandle[Any]:
     """Start a fork of run ``run_id`` from position ``from_step``; see the
     module docstring. `RunNotFound` for an unknown run; `InvalidArgument`

@@ -18,7 +18,7 @@ from durable.engine.runs import validate_run_id
 from durable.errors import InputMismatch, RunNotFound
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["WorkflowHandle"]
 
@@ -30,7 +30,9 @@ class WorkflowHandle(Generic[R]):
 
     __slots__ = ("_engine", "_input_digest", "run_id")
 
-    def __init__(self, engine: Engine, run_id: str, *, input_digest: bytes | None = None) -> None:
+    def __init__(
+        self, engine: EngineBase, run_id: str, *, input_digest: bytes | None = None
+    ) -> None:
         self._engine = engine
         #: The run's id.
         self.run_id = validate_run_id(run_id)

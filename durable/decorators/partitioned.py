@@ -1,4 +1,4 @@
-"""`PartitionedSession`: an `Engine`'s hold on a partitioned store (PROTOTYPE).
+"""`PartitionedSession`: an `Engine`'s hold on a partitioned store.
 
 A store created with ``partitions=P`` (`durable.cluster.manifest`) is P
 ordinary stores below one root, each at ``partition_prefix(p)``. The
@@ -8,29 +8,35 @@ the membership taken out: a worker engine is one `PoolMember` of the root,
 whose assignment table says which partitions it owns. An owned partition
 runs the owner's mode (its `Queue`, whose writer checks
 ``pool.validity(p)`` before every commit, the codec record, the workflow
-runtimes, the services, the inbox applier); any other is reached as a
-client (a followed view, writes through that partition's inbox). A lone
-worker owns all P as soon as the pool member starts.
+runtimes, the default services, the inbox applier); any other is reached
+as a client (a followed view, writes through that partition's inbox). A
+lone worker owns all P as soon as the pool member starts: no other
+coordination, and nothing per run beyond one hash to route it.
 
 Everything that reaches a run asks the engine for the run's partition
-(`durable.decorators.engine.Engine.for_run`), which is a `PartitionEngine`:
-a facade of the engine whose ``mode``, ``queue`` and ``workflows`` are that
-partition's and whose services are that partition's own instances (one
-`JobsService` per partition); everything else (the codec, the clock, the
-limits, routing again) is the engine's. The runtimes of a partition are
-built with its facade, so the runner, the terminal hook and the workflow
+(`durable.decorators.engine.Engine.for_run`), which is a `PartitionEngine`
+(a `durable.decorators.base.EngineBase`): its ``mode``, ``queue`` and
+``workflows`` are that partition's and its default services (the ``@job``
+runner) are that partition's own instances; the configuration and the
+routing are the engine's. The runtimes of a partition are built with its
+`PartitionEngine`, so the runner, the terminal hook and the workflow
 contexts of a run reach its own partition without routing.
+
+The services added with `Engine.add_service` run once per engine: started
+once every partition is reached, stopped first on close (before the
+partitions drain and are handed over).
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from durable._logging import get_logger
 from durable.cluster.manifest import Manifest, partition_of, partition_prefix
 from durable.cluster.pool import PoolMember
-from durable.decorators.services import EngineService, default_services
+from durable.decorators.base import EngineBase
+from durable.decorators.services import default_services
 from durable.decorators.session import Role, StoreSession
 from durable.errors import NoEngine, SelfFenced
 from durable.store.clock import SystemClock
@@ -39,9 +45,9 @@ from durable.store.objects.prefixed import PrefixedObjectStore
 
 if TYPE_CHECKING:
     from durable.decorators.engine import Engine
+    from durable.decorators.handles import WorkflowHandle
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
-    from durable.engine.access import RunQueue
     from durable.store.log import LogWriter
     from durable.store.objects.base import ObjectStore
 
@@ -50,21 +56,27 @@ __all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession"]
 log = get_logger("durable.decorators")
 
 
-class PartitionEngine:
-    """The engine as one partition sees it; see the module docstring.
-
-    Typed as an `Engine` where it is passed (``cast``): it answers every
-    attribute the decorators use, its own (``mode``, ``queue``,
-    ``workflows``, the services) or the engine's.
-    """
+class PartitionEngine(EngineBase):
+    """The engine as one partition sees it; see the module docstring."""
 
     def __init__(self, engine: Engine, partition: int) -> None:
+        super().__init__(engine.concurrency_limits(), [f() for f in default_services()])
         self._engine = engine
         #: This facade's partition.
         self.partition = partition
+        self.role = engine.role
+        self.codec = engine.codec
+        self.clock = engine.clock
+        self.retention = engine.retention
+        self.max_attempts_without_progress = engine.max_attempts_without_progress
+        self.replace_codec_record = engine.replace_codec_record
+        #: The partition's store session (set by `PartitionedSession`).
         self.store: PartitionStore | None = None
-        self._services: list[EngineService] = [factory() for factory in default_services()]
-        self._started: list[EngineService] = []
+
+    @property
+    def engine(self) -> Engine:
+        """The engine this is a partition of."""
+        return self._engine
 
     @property
     def mode(self) -> Mode:
@@ -77,11 +89,6 @@ class PartitionEngine:
             raise NoEngine(f"partition {self.partition} of the engine")
         _raise_if_fenced(mode)
         return mode
-
-    @property
-    def queue(self) -> RunQueue:
-        """The partition's store as this engine reaches it now."""
-        return self.mode.queue
 
     @property
     def workflows(self) -> WorkflowQueues:
@@ -98,24 +105,34 @@ class PartitionEngine:
         """True while this engine owns the partition."""
         return self.store is not None and self.store.owner
 
-    def started_services(self) -> list[EngineService]:
-        """The partition's services running now."""
-        return list(self._started)
+    @property
+    def partition_count(self) -> int | None:
+        """The engine's partition count."""
+        return self._engine.partition_count
 
-    async def start_services(self) -> None:
-        """Start the partition's services (each its own instance)."""
-        from durable.decorators.engine import Engine
+    def for_run(self, run_id: str) -> EngineBase:
+        """The partition of ``run_id`` (the engine's routing)."""
+        return self._engine.for_run(run_id)
 
-        await Engine.start_services(cast("Engine", self))
+    def co_located(self, base: str, with_run: str) -> str:
+        """``base`` as an id in ``with_run``'s partition (the engine's)."""
+        return self._engine.co_located(base, with_run)
 
-    async def stop_services(self, *, abort: bool = False) -> list[BaseException]:
-        """Stop the partition's services; the errors they raised."""
-        from durable.decorators.engine import Engine
+    def new_run_id(self) -> str:
+        """A new run id (the engine's generator)."""
+        return self._engine.new_run_id()
 
-        return await Engine.stop_services(cast("Engine", self), abort=abort)
+    def handle(self, run_id: str) -> WorkflowHandle[Any]:
+        """A handle on run ``run_id`` (the engine's: it routes)."""
+        return self._engine.handle(run_id)
 
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._engine, name)
+    def service_queues(self) -> frozenset[str]:
+        """The engine's service queues (no workflow worker runs on those)."""
+        return self._engine.service_queues()
+
+    def record_errors(self, errors: list[BaseException]) -> None:
+        """Errors of stopping the partition's mode, raised when the engine exits."""
+        self._engine.record_errors(errors)
 
     def __repr__(self) -> str:
         return f"PartitionEngine({self.partition}, of {self._engine!r})"
@@ -125,9 +142,7 @@ class PartitionStore(StoreSession):
     """One partition's store: a `StoreSession` without membership."""
 
     def __init__(self, facade: PartitionEngine, objects: ObjectStore, role: Role) -> None:
-        super().__init__(
-            cast("Engine", facade), objects, None, role=role, ttl=1.0, heartbeat=0.2, takeover=False
-        )
+        super().__init__(facade, objects, None, role=role, ttl=1.0, heartbeat=0.2, takeover=False)
         self._objects, self._owned_objects = objects, False
 
     async def own(self, validity: Any) -> LogWriter:
@@ -225,6 +240,7 @@ class PartitionedSession:
             for p in range(self.partitions):
                 if self._store(p).mode is None:
                     await self._store(p).serve_as_client(wait=self.role == "worker")
+            await self._engine.start_services()  # the engine's own: once, not per partition
         except BaseException:
             await self.close()
             raise
@@ -232,6 +248,11 @@ class PartitionedSession:
     async def close(self) -> None:
         """Drain and hand over every owned partition, close every one. Idempotent."""
         self._closing = True
+        for facade in self.facades:  # no run starts a new step from now on
+            workflows = facade.store.workflows if facade.store is not None else None
+            if workflows is not None:
+                workflows.draining.set()
+        self._engine.record_errors(await self._engine.stop_services())
         if self._pool is not None:
             pool, self._pool = self._pool, None
             await pool.release()  # drains each owned partition (`_release`)

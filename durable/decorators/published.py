@@ -20,7 +20,7 @@ from durable.errors import InvalidArgument, NotPublished, RunNotFound
 from durable.store.queue.wakeups import wait_or_sleep
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["check_timeout", "either", "wait_published"]
 
@@ -53,7 +53,7 @@ def either(*futures: asyncio.Future[None]) -> asyncio.Future[None]:
     return first
 
 
-async def wait_published(engine: Engine, run_id: str, key: str, limit: float | None) -> Any:
+async def wait_published(engine: EngineBase, run_id: str, key: str, limit: float | None) -> Any:
     """The latest value run ``run_id`` published under ``key``, waiting at most
     ``limit`` seconds of the engine's clock for the first (None: no limit);
     `TimeoutError` naming the run and the key after it."""

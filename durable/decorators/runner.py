@@ -63,7 +63,7 @@ from durable.errors import (
 )
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["LEASE", "WorkflowRunner"]
 
@@ -76,7 +76,7 @@ LEASE = 60.0
 class WorkflowRunner:
     """Runs deliveries of workflow runs; see the module docstring."""
 
-    def __init__(self, engine: Engine, draining: asyncio.Event) -> None:
+    def __init__(self, engine: EngineBase, draining: asyncio.Event) -> None:
         self._engine = engine
         self._draining = draining
 
@@ -126,7 +126,7 @@ class WorkflowRunner:
         return await _Delivery(run, definition.fn, args, kwargs).execute()
 
 
-async def _release(engine: Engine, step: Step, error: UntrustedPayload) -> NoReturn:
+async def _release(engine: EngineBase, step: Step, error: UntrustedPayload) -> NoReturn:
     """Leave the run where it is: a payload this engine cannot verify is no
     fault of the run. The delivery fails transiently (the queue retries it
     after its backoff) and moves the run's progress mark, so the attempts

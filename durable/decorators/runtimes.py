@@ -32,7 +32,7 @@ from durable.decorators.terminal import RunTerminalHook
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
     from durable.decorators.modes import Mode
 
 __all__ = ["DEFAULT_CONCURRENCY", "MEMO_PREFIX", "WorkflowQueues"]
@@ -46,7 +46,7 @@ MEMO_PREFIX = "workflows-memo"
 class WorkflowQueues:
     """The workflow runtimes of one running `Engine`, by queue name."""
 
-    def __init__(self, engine: Engine, concurrency: Mapping[str, int], mode: Mode) -> None:
+    def __init__(self, engine: EngineBase, concurrency: Mapping[str, int], mode: Mode) -> None:
         self._engine = engine
         self._mode = mode
         self._limits = dict(concurrency)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["EngineService", "ServiceFactory", "default_services", "register_default_service"]
 
@@ -27,7 +27,7 @@ __all__ = ["EngineService", "ServiceFactory", "default_services", "register_defa
 class EngineService(Protocol):
     """A component an `Engine` starts after opening its queue and stops before closing it."""
 
-    async def start(self, engine: Engine) -> None:
+    async def start(self, engine: EngineBase) -> None:
         """Start running on ``engine`` (its queue is open)."""
 
     async def stop(self) -> None:

@@ -52,7 +52,7 @@ from durable.store.queue import OpenOptions, Queue
 if TYPE_CHECKING:
     from collections.abc import Callable, Mapping
 
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["Role", "StoreSession"]
 
@@ -70,7 +70,7 @@ class StoreSession:
 
     def __init__(
         self,
-        engine: Engine,
+        engine: EngineBase,
         url: str | os.PathLike[str] | ObjectStore,
         storage_options: Mapping[str, Any] | None,
         *,

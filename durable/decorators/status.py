@@ -52,7 +52,7 @@ from durable.errors import CodecError
 from durable.store.queue import JobStatus
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["WorkflowState", "WorkflowStatus", "read_status"]
 
@@ -126,7 +126,7 @@ class WorkflowStatus:
         return self.state.terminated
 
 
-async def read_status(engine: Engine, run_id: str) -> WorkflowStatus | None:
+async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
     """The `WorkflowStatus` of run ``run_id``; None if the store does not know it."""
     engine = engine.for_run(run_id)
     runtime = engine.workflows.default
@@ -187,7 +187,9 @@ async def read_status(engine: Engine, run_id: str) -> WorkflowStatus | None:
     )
 
 
-async def _workflow_name(engine: Engine, run_id: str, archive: Archive | None = None) -> str | None:
+async def _workflow_name(
+    engine: EngineBase, run_id: str, archive: Archive | None = None
+) -> str | None:
     """The workflow name in run ``run_id``'s invocation record; None if it has none."""
     payload = await load_invocation(engine, run_id, archive)
     if payload is None:
@@ -198,7 +200,7 @@ async def _workflow_name(engine: Engine, run_id: str, archive: Archive | None = 
         return None
 
 
-async def _waits_on(engine: Engine, waiting: Waiting) -> str:
+async def _waits_on(engine: EngineBase, waiting: Waiting) -> str:
     """The name of what ``waiting`` waits for: a sleep, a signal, or a child
     run (its workflow's name)."""
     if waiting.signal_key is None:

@@ -26,14 +26,14 @@ from durable.engine.runs import RunOptions, RunSpec, validate_run_id
 from durable.errors import InputMismatch
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
     from durable.decorators.registry import WorkflowDefinition
 
 __all__ = ["submit_run"]
 
 
 async def submit_run(
-    engine: Engine,
+    engine: EngineBase,
     definition: WorkflowDefinition,
     payload: bytes,
     *,

@@ -28,7 +28,7 @@ from durable.engine.effects import TerminalEffects
 from durable.engine.runs import RunOutcome
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["RunTerminalHook"]
 
@@ -36,7 +36,7 @@ __all__ = ["RunTerminalHook"]
 class RunTerminalHook:
     """Archives large terminated runs and wakes the parents of child runs."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: EngineBase) -> None:
         self._engine = engine
 
     def observes(self, outcome: RunOutcome) -> bool:

@@ -22,7 +22,7 @@ from durable.store.queue import JobStatus
 from durable.store.queue.wakeups import wait_or_sleep
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
     from durable.engine.runtime import WorkflowRuntime
 
 __all__ = ["Waiting", "waiting_now", "wait_until_waiting"]
@@ -86,7 +86,7 @@ def waiting_now(runtime: WorkflowRuntime, run_id: str) -> Waiting | None:
 
 
 async def wait_until_waiting(
-    engine: Engine,
+    engine: EngineBase,
     run_id: str,
     timeout: float | None = None,  # noqa: ASYNC109
     after: Waiting | None = None,

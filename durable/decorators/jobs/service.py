@@ -29,11 +29,11 @@ from durable.engine.runtime import WorkerHandle, WorkflowRuntime
 from durable.errors import DecoratorError, JobTypeError
 
 if TYPE_CHECKING:
-    from durable.decorators.engine import Engine
+    from durable.decorators.base import EngineBase
 
 __all__ = ["JobsService", "check_job_queue", "runner_for"]
 
-_services: weakref.WeakKeyDictionary[Engine, JobsService] = weakref.WeakKeyDictionary()
+_services: weakref.WeakKeyDictionary[EngineBase, JobsService] = weakref.WeakKeyDictionary()
 
 
 def check_job_queue(queue: str, what: str) -> None:
@@ -51,7 +51,7 @@ class JobsService:
     def __init__(self) -> None:
         self._runners: dict[str, JobRunner] = {}
         self._workers: list[WorkerHandle] = []
-        self._engine: Engine | None = None
+        self._engine: EngineBase | None = None
 
     def __repr__(self) -> str:
         return f"<JobsService queues={sorted(self._runners)}>"
@@ -60,7 +60,7 @@ class JobsService:
         """The job queues this service runs: the queues of every registered `@job`."""
         return frozenset(JOBS.by_queue())
 
-    async def start(self, engine: Engine) -> None:
+    async def start(self, engine: EngineBase) -> None:
         """Build a runner per job queue, register its job types and spawn its worker."""
         env = JobEnv(engine.codec, engine.clock)
         mode = engine.mode
@@ -120,7 +120,7 @@ class JobsService:
         return runner
 
 
-def runner_for(engine: Engine, job_type: type[FunctionJob]) -> JobRunner:
+def runner_for(engine: EngineBase, job_type: type[FunctionJob]) -> JobRunner:
     """The runner of ``job_type`` on the running ``engine``; `JobTypeError` with
     the fix if the engine does not run it."""
     service = _services.get(engine)
