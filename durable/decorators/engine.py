@@ -264,6 +264,15 @@ class Engine(EngineBase):
             return session.facade_of(run_id)
         return self
 
+    def every_partition(self) -> list[EngineBase]:
+        """The engine as each partition sees it, in partition order (this
+        engine alone on an unpartitioned store): to gather what every
+        partition holds."""
+        session = self._session
+        if isinstance(session, PartitionedSession):
+            return list(session.facades)
+        return [self]
+
     def new_run_id(self) -> str:
         """A new run id (the store's generator; a ULID when partitioned)."""
         session = self._session

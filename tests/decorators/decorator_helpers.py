@@ -12,10 +12,13 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from durable.cluster.applier import InboxApplier
 from durable.decorators.archive import invocation_key, load_journal
 from durable.decorators.engine import Engine
 from durable.decorators.journal import Journal
+from durable.decorators.partitioned import PartitionEngine
 from durable.decorators.progress import DEFERRED, MAX_DEFERRAL
+from durable.decorators.session import StoreSession
 from durable.decorators.status import WorkflowStatus
 from durable.engine import keys
 from durable.store.clock import MockClock
@@ -108,6 +111,46 @@ async def after_deferral(engine: Engine, run_id: str, count: int) -> None:
     engine.for_run(run_id).queue.promote_scheduled_now()
 
 
+def promote_due(engine: Engine) -> int:
+    """Promote the due scheduled jobs of every partition now (the scheduler
+    would at its next tick); how many."""
+    return sum(part.queue.promote_scheduled_now() for part in engine.every_partition())
+
+
+async def abort_workflows(engine: Engine) -> None:
+    """Stop every workflow worker at once, as a killed process would (the
+    deliveries in flight keep their claims), in every partition."""
+    await asyncio.gather(*(part.workflows.abort() for part in engine.every_partition()))
+
+
+def kv_count(engine: Engine, prefix: bytes) -> int:
+    """The KV keys under ``prefix`` in every partition."""
+    return sum(part.queue.kv.count(prefix) for part in engine.every_partition())
+
+
+async def sweep_memos(engine: Engine) -> int:
+    """Sweep the run memos past their retention in every partition; how many went."""
+    return sum([await part.workflows.default.sweep_memos() for part in engine.every_partition()])
+
+
+def applier_of(engine: Engine, run_id: str) -> InboxApplier | None:
+    """The inbox applier of the store (the partition) holding run ``run_id``,
+    while ``engine`` owns it."""
+    part = engine.for_run(run_id)
+    session = part.store if isinstance(part, PartitionEngine) else engine._session
+    return session._applier if isinstance(session, StoreSession) else None
+
+
+def signal_records(engine: Engine) -> list[tuple[bytes, bytes]]:
+    """The durable signal records (buffered values, waiter indexes) left in
+    every partition (at most 10 per partition)."""
+    return [
+        entry
+        for part in engine.every_partition()
+        for entry in part.queue.kv.scan(b"workflow/signal-", limit=10).entries
+    ]
+
+
 async def journal_of(engine: Engine, run_id: str) -> Journal:
     """The journal of run ``run_id`` as the store holds it now (from its
     archive once the run has terminated and been archived)."""
@@ -124,7 +167,7 @@ async def archived(engine: Engine, run_id: str) -> None:
     invocation record leaves the KV in that commit)."""
 
     async def gone() -> None:
-        kv = engine.queue.kv.internal()
+        kv = engine.for_run(run_id).queue.kv.internal()
         key = invocation_key(run_id)
         while kv.get(key) is not None:
             fut = kv.watch(key)  # no await since the read

@@ -12,7 +12,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from decorator_helpers import LIMIT, Factory, archived, make_engine, result, wait_parked
+from decorator_helpers import (
+    LIMIT,
+    Factory,
+    archived,
+    make_engine,
+    result,
+    sweep_memos,
+    wait_parked,
+)
 
 import durable
 from durable.decorators import archive
@@ -48,7 +56,7 @@ async def reporter(name: str, blob: bytes) -> int:
 
 
 def _kv_rows(engine: Engine, run_id: str) -> list[bytes]:
-    kv = engine.queue.kv.internal()
+    kv = engine.for_run(run_id).queue.kv.internal()
     rows = [k for k, _ in kv.snapshot(journal_prefix(run_id))]
     rows += [k for k, _ in kv.snapshot(published_prefix(run_id))]
     if kv.get(archive.invocation_key(run_id)) is not None:
@@ -90,8 +98,8 @@ async def test_memory_keeps_no_large_record_of_a_terminated_run(
         for h in handles:
             await result(h)
             await archived(engine, h.run_id)
-        kv = engine.queue.kv.internal()
-        assert kv.snapshot(archive.invocation_key("")) == []  # every invocation record
+        for part in engine.every_partition():  # every invocation record
+            assert part.queue.kv.internal().snapshot(archive.invocation_key("")) == []
         for h in handles:
             assert _kv_rows(engine, h.run_id) == []
             assert await h.get("stage") == "two"
@@ -110,10 +118,9 @@ async def test_a_small_run_keeps_its_records_until_its_retention(
         assert len(_kv_rows(engine, small.run_id)) == 5  # 3 entries, 1 value, the invocation
         assert await archive.read_archive(engine, small.run_id) == archive.Archive()
         assert await small.get("stage") == "two"
-        runtime = engine.workflows.default
-        assert await runtime.sweep_memos() == 0  # not yet
+        assert await sweep_memos(engine) == 0  # not yet
         clock.advance(61)
-        assert await runtime.sweep_memos() == 2
+        assert await sweep_memos(engine) == 2
         for handle in (small, large):
             assert _kv_rows(engine, handle.run_id) == []
             assert await archive.read_archive(engine, handle.run_id) == archive.Archive()
@@ -134,8 +141,8 @@ async def test_an_archive_written_after_the_run_was_forgotten_is_removed(
         await archived(engine, handle.run_id)
         # The race: the run's retention passes (its terminal record and memo
         # go) while the hook of a redelivered notification still finds keys.
-        await engine.workflows.default.memos.clear_run(handle.run_id)
-        kv = engine.queue.kv.internal()
+        await engine.for_run(handle.run_id).workflows.default.memos.clear_run(handle.run_id)
+        kv = engine.for_run(handle.run_id).queue.kv.internal()
         await kv.delete(keys.outcome_key(handle.run_id))
         await kv.put(archive.invocation_key(handle.run_id), b"left behind")
         assert await archive.archive_run(engine, handle.run_id) is True
@@ -201,7 +208,7 @@ async def test_fork_copies_large_values_and_large_arguments(
         assert await result(forked) == len(blob) * 2
         assert calls == {"heavy": 1}
         # The fork's copy lives in its own memo: it outlives the source's.
-        await engine.workflows.default.memos.clear_run(source.run_id)
+        await engine.for_run(source.run_id).workflows.default.memos.clear_run(source.run_id)
         journal = await archive.load_journal(engine, "heavy-fork")
         entry = journal.get(0)
         assert entry is not None
@@ -217,7 +224,7 @@ async def test_a_fork_whose_submission_fails_writes_nothing(
     async with make_engine(make_objects, clock) as engine:
         source = await gated.start(5)
         await wait_parked(engine, source.run_id)
-        runtime = engine.workflows.default
+        runtime = engine.for_run("orphan").workflows.default
 
         async def broken(*args: Any, **kwargs: Any) -> Any:
             raise OSError("the store went away")

@@ -64,8 +64,11 @@ async def send(to: str, subject: str = "hi") -> str:
 
 def runs_in(engine: Engine) -> int:
     """How many jobs the store's workflow queue has seen (a started run adds one)."""
-    stats = engine.queue.stats("workflows")
-    return stats.pending + stats.scheduled + stats.claimed + stats.done + stats.dead
+    seen = 0
+    for part in engine.every_partition():
+        stats = part.queue.stats("workflows")
+        seen += stats.pending + stats.scheduled + stats.claimed + stats.done + stats.dead
+    return seen
 
 
 def check(error: ArgumentMismatch, name: str, detail: str) -> None:

@@ -97,9 +97,9 @@ async def test_a_child_runs_as_its_own_run_and_is_replayed(
         clock.advance(5)
         assert await result(handle) == 20 + 22
         kid = child_run_id("p1", 1)
-        assert kid == "p1-c1"
+        assert kid == engine.co_located("p1-c1", "p1")
         assert await result(engine.handle(kid)) == 22
-        outcome = await engine.workflows.default.outcome(kid)
+        outcome = await engine.for_run(kid).workflows.default.outcome(kid)
         assert outcome is not None
         assert outcome.headers == {HEADER_PARENT: "p1", HEADER_POSITION: "1"}
         entry = (await journal_of(engine, "p1")).get(1)
@@ -145,7 +145,8 @@ async def test_cancelling_a_parent_cancels_its_children(
             assert status is not None
             assert status.state is WorkflowState.CANCELLED
         # No notification is left waiting for a parent that is gone.
-        assert engine.queue.kv.get(b"workflow/signal-buf/" + child_key(grandchild).encode()) in (
+        kv = engine.for_run(grandchild).queue.kv  # co-located with its parent
+        assert kv.get(b"workflow/signal-buf/" + child_key(grandchild).encode()) in (
             None,
             b"terminated",
         )

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from decorator_helpers import LIMIT, Factory, make_engine, wait_started
+from decorator_helpers import LIMIT, Factory, applier_of, make_engine, wait_started
 
 import durable
 from durable.decorators.engine import Engine
@@ -144,7 +144,7 @@ async def test_a_clash_the_client_could_not_see_surfaces_at_result(
         make_engine(make_objects, clock) as owner,
         make_engine(make_objects, clock, role="client") as client,
     ):
-        follower = client.queue.follower  # type: ignore[attr-defined]
+        follower = client.for_run("clash").queue.follower  # type: ignore[attr-defined]
         await follower.stop()  # the view lags from here on
         first = await pipeline.options(run_id="clash").start(1)
         await asyncio.wait_for(wait_started(owner, "clash"), LIMIT)  # applied
@@ -181,16 +181,16 @@ async def test_a_run_id_started_again_after_its_run_ended_is_that_run(
         make_engine(make_objects, clock) as owner,
         make_engine(make_objects, clock, role="client") as client,
     ):
-        follower = client.queue.follower  # type: ignore[attr-defined]
+        follower = client.for_run("twice").queue.follower  # type: ignore[attr-defined]
         await follower.stop()
         await once.options(run_id="twice").start(7)
         await asyncio.wait_for(wait_started(owner, "twice"), LIMIT)
         assert await asyncio.wait_for(owner.handle("twice").result(), LIMIT) == 7
         again = await once.options(run_id="twice").start(7)  # not visible: written
-        applier = owner._session._applier  # type: ignore[union-attr]
+        applier = applier_of(owner, "twice")
         assert applier is not None
         await applier.apply_now()  # the owner has applied it now: no new incarnation
-        status = owner.workflows.default.status("twice")
+        status = owner.for_run("twice").workflows.default.status("twice")
         assert status is not None
         assert isinstance(status.state, Terminated)
         follower.start()

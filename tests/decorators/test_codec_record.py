@@ -19,7 +19,7 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from decorator_helpers import LIMIT, Factory, make_engine, result, wait_parked
+from decorator_helpers import LIMIT, Factory, make_engine, promote_due, result, wait_parked
 
 import durable
 from durable._logging import capture_logs
@@ -73,9 +73,14 @@ def engine(make_objects: Factory, clock: MockClock, **options: Any) -> Engine:
 
 
 def recorded(e: Engine) -> CodecRecord:
-    raw = e.queue.kv.get(CODEC_RECORD_KEY)
-    assert raw is not None
-    return decode_record(raw)
+    """The store's codec record (every partition's: they are the same)."""
+    records = set()
+    for part in e.every_partition():
+        raw = part.queue.kv.get(CODEC_RECORD_KEY)
+        assert raw is not None
+        records.add(decode_record(raw))
+    assert len(records) == 1
+    return records.pop()
 
 
 async def queued(make_objects: Factory, clock: MockClock, **options: Any) -> str:
@@ -86,9 +91,10 @@ async def queued(make_objects: Factory, clock: MockClock, **options: Any) -> str
 
 def untouched(e: Engine, run_id: str) -> None:
     """Run ``run_id`` is still queued and was never claimed."""
-    pointer = e.workflows.default.view.pointer(run_id)
+    part = e.for_run(run_id)
+    pointer = part.workflows.default.view.pointer(run_id)
     assert pointer is not None
-    job = e.queue.job_record(pointer.job_id)
+    job = part.queue.job_record(pointer.job_id)
     assert job is not None
     assert job.attempts == 0
 
@@ -171,7 +177,8 @@ async def test_a_store_without_a_record_takes_the_first_engines(
     records its configuration, and the others are checked against it."""
     run_id = await queued(make_objects, clock, signing_key=OLD)
     async with engine(make_objects, clock, signing_key=OLD, concurrency={"workflows": 0}) as e:
-        await e.queue.kv.internal().delete(CODEC_RECORD_KEY)  # as an older durable left it
+        for part in e.every_partition():  # as an older durable left it
+            await part.queue.kv.internal().delete(CODEC_RECORD_KEY)
     async with engine(make_objects, clock, signing_key=OLD, concurrency={"workflows": 0}) as e:
         assert recorded(e) == CodecRecord("auto", (key_fingerprint(OLD),))
     with pytest.raises(CodecMismatch, match="no signing_key"):
@@ -209,7 +216,7 @@ async def progressed(e: Engine, run_id: str, step: int, attempt: int) -> None:
     """Wait until the progress mark of ``run_id`` names attempt ``attempt`` of
     its step ``step`` (a release moves it; its commit is durable when the
     watch fires)."""
-    kv, key = e.queue.kv, progress_key(run_id)
+    kv, key = e.for_run(run_id).queue.kv, progress_key(run_id)
 
     async def moved() -> None:
         while (raw := kv.get(key)) is None or decode_mark(raw, run_id) < (step, attempt):
@@ -236,9 +243,9 @@ async def test_an_unverifiable_argument_releases_the_run_and_never_fails_it(
                 make_objects, clock, signing_key=NEW, replace_codec_record=True, **bound
             ) as e:
                 clock.advance(300)  # the queue's backoff since the last release
-                e.queue.promote_scheduled_now()
+                promote_due(e)
                 await progressed(e, run_id, 0, attempt)
-                status = e.workflows.default.status(run_id)
+                status = e.for_run(run_id).workflows.default.status(run_id)
                 assert status is not None
                 assert not isinstance(status.state, Terminated)
     released = [entry for entry in logs if entry["event"].startswith("workflow run released")]
@@ -251,7 +258,7 @@ async def test_an_unverifiable_argument_releases_the_run_and_never_fails_it(
         make_objects, clock, signing_key=OLD, replace_codec_record=True, **bound
     ) as e:
         clock.advance(300)
-        e.queue.promote_scheduled_now()
+        promote_due(e)
         assert await result(e.handle(run_id)) == 6
     assert calls == {"total": 1}
 
@@ -265,14 +272,14 @@ async def test_an_unverifiable_replay_releases_the_run_unseen_by_the_workflow(
     with capture_logs() as logs:
         async with engine(make_objects, clock, signing_key=NEW, replace_codec_record=True) as e:
             clock.advance(60)  # the sleep is over: the replay reads `total`'s result
-            e.queue.promote_scheduled_now()
+            promote_due(e)
             await progressed(e, handle.run_id, 1, 1)
     assert [entry["what"] for entry in logs if entry["event"].startswith("workflow run")] == [
         f"the result of the record.total at position 0 of run {handle.run_id!r}"
     ]
     async with engine(make_objects, clock, signing_key=OLD, replace_codec_record=True) as e:
         clock.advance(300)
-        e.queue.promote_scheduled_now()
+        promote_due(e)
         assert await result(e.handle(handle.run_id)) == "total 3"
     assert calls == {"total": 1}
 
@@ -293,12 +300,13 @@ async def test_an_unverifiable_job_argument_is_retried_not_failed_at_once(
         job_id = (await count.submit({1, 2, 3})).job_id
     with capture_logs() as logs:
         async with engine(make_objects, clock, signing_key=NEW, replace_codec_record=True) as e:
-            runtime = runner_for(e, count.job_type).runtime
+            runtime = runner_for(e.for_run(job_id), count.job_type).runtime
 
             async def released() -> None:  # the queue holds no watch for a retry
                 while True:
                     pointer = runtime.view.pointer(job_id)
-                    record = e.queue.job_record(pointer.job_id) if pointer else None
+                    queue = e.for_run(job_id).queue
+                    record = queue.job_record(pointer.job_id) if pointer else None
                     if record is not None and record.last_error is not None:
                         return
                     await asyncio.sleep(0)
@@ -309,6 +317,6 @@ async def test_an_unverifiable_job_argument_is_retried_not_failed_at_once(
     ]
     async with engine(make_objects, clock, signing_key=OLD, replace_codec_record=True) as e:
         clock.advance(300)
-        e.queue.promote_scheduled_now()
+        promote_due(e)
         assert await result(count.handle(job_id)) == 3
     assert calls == {"count": 1}

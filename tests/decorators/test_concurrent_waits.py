@@ -9,7 +9,16 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from decorator_helpers import LIMIT, Factory, journal_of, make_engine, result, wait_parked
+from decorator_helpers import (
+    LIMIT,
+    Factory,
+    journal_of,
+    make_engine,
+    promote_due,
+    result,
+    signal_records,
+    wait_parked,
+)
 
 import durable
 from durable.decorators.children import child_run_id
@@ -135,7 +144,8 @@ async def parked_beside_a_step(engine: durable.Engine, run_id: str, position: in
     """Return once the wait at ``position`` is journaled, durably, and the
     delivery has had many turns of the loop to park it (and, were parking
     broken, to suspend and cancel the step running beside it)."""
-    kv = engine.queue.kv
+    part = engine.for_run(run_id)
+    kv = part.queue.kv
     key = entry_key(run_id, position)
 
     async def journaled() -> None:
@@ -147,14 +157,14 @@ async def parked_beside_a_step(engine: durable.Engine, run_id: str, position: in
                 kv.unwatch(key, fut)
 
     await asyncio.wait_for(journaled(), LIMIT)
-    await engine.queue.writer.flush()
+    await part.queue.writer.flush()
     for _ in range(SETTLE_ITERATIONS * 4):
         await asyncio.sleep(0)
 
 
 async def final_step(engine: durable.Engine, run_id: str) -> int:
     """The run's last delivery number (the engine's status)."""
-    status = engine.workflows.default.status(run_id)
+    status = engine.for_run(run_id).workflows.default.status(run_id)
     assert status is not None
     assert isinstance(status.state, Terminated)
     return status.current_step
@@ -302,7 +312,7 @@ async def test_two_gathered_signal_waits_take_both_signals(
         expected = {"s1": SignalOutcome.DELIVERED, "s2": SignalOutcome.BUFFERED}
         assert sent == [expected[key] for key in order]
         assert await result(handle) == ["S1", "S2"]
-        assert engine.queue.kv.scan(b"workflow/signal-", limit=10).entries == []
+        assert signal_records(engine) == []
 
 
 async def test_a_signal_sent_while_a_gathered_step_runs_beats_the_timeout(
@@ -376,7 +386,7 @@ async def test_a_run_waiting_on_several_waits_survives_a_restart(
         assert (second.signal_key, second.until_ms) == (None, start + 100_000)
     clock.advance(100)
     async with make_engine(make_objects, clock) as engine:
-        assert engine.queue.promote_scheduled_now() == 1
+        assert promote_due(engine) == 1
         assert await result(engine.handle(handle.run_id)) == [None, 7, "with the waits"]
     assert calls == {"with the waits": 1}
 
@@ -397,6 +407,6 @@ async def test_a_draining_engine_lets_the_gathered_step_finish(
     await asyncio.wait_for(closing, LIMIT)
     clock.advance(30)
     async with make_engine(make_objects, clock) as engine:
-        assert engine.queue.promote_scheduled_now() == 1
+        assert promote_due(engine) == 1
         assert await result(engine.handle(handle.run_id)) == [None, "work"]
     assert calls == {"work": 1}

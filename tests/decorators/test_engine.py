@@ -57,7 +57,7 @@ class Recorder:
         self.log = log
 
     async def start(self, engine: durable.Engine) -> None:
-        assert engine.queue is not None  # the store is open
+        assert engine.for_run(self.name).queue is not None  # the store is open
         self.log.append(f"start {self.name}")
 
     async def stop(self) -> None:

@@ -8,7 +8,7 @@ import datetime as dt
 from collections import Counter
 
 import pytest
-from decorator_helpers import LIMIT, Factory, make_engine, result, wait_parked
+from decorator_helpers import LIMIT, Factory, make_engine, promote_due, result, wait_parked
 
 import durable
 from durable import WorkflowState
@@ -129,10 +129,10 @@ async def test_run_at_delays_the_start(make_objects: Factory, clock: MockClock) 
         status = await handle.status()
         assert status is not None
         assert status.state is WorkflowState.PENDING
-        assert engine.queue.promote_scheduled_now() == 0
+        assert promote_due(engine) == 0
         clock.advance(60)
         assert await result(handle) == {"cup": 30}
-        outcome = await engine.workflows.default.outcome(handle.run_id)
+        outcome = await engine.for_run(handle.run_id).workflows.default.outcome(handle.run_id)
         assert outcome is not None
         assert outcome.headers == {"tenant": "t1"}
 

@@ -87,7 +87,8 @@ async def _run(engine: durable.Engine, ops: Ops, n: int) -> Counter[str]:
     handle = await counter.start(n)
     assert await result(handle) == n
     counts = Counter(ops.counts)
-    status = engine.workflows.default.status(handle.run_id)  # the engine's: deliveries
+    # The engine's: deliveries.
+    status = engine.for_run(handle.run_id).workflows.default.status(handle.run_id)
     assert status is not None
     assert status.current_step == 0
     return counts

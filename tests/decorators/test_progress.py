@@ -15,7 +15,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
-from decorator_helpers import LIMIT, Factory, after_deferral, journal_of, make_engine, result
+from decorator_helpers import (
+    LIMIT,
+    Factory,
+    abort_workflows,
+    after_deferral,
+    journal_of,
+    make_engine,
+    promote_due,
+    result,
+)
 
 import durable
 from durable.decorators.engine import Engine
@@ -107,7 +116,7 @@ async def crashing(
     flight keep their claims, requeued by the next engine at open."""
     async with make_engine(make_objects, clock, **options) as engine:
         yield engine
-        await engine.workflows.abort()
+        await abort_workflows(engine)
 
 
 async def arrive(key: str) -> None:
@@ -188,7 +197,8 @@ async def test_a_poison_run_fails_after_the_bound_without_progress(
     async with make_engine(make_objects, clock) as engine:
         with pytest.raises(RunStalled) as e:
             await result(engine.handle(handle.run_id))
-        assert engine.queue.kv.internal().get(progress_key("poison")) is not None
+        kv = engine.for_run("poison").queue.kv.internal()
+        assert kv.get(progress_key("poison")) is not None
     assert runs == {"prepare": 1, "poison": bound + 1}  # not a run more
     error = e.value
     assert (error.run_id, error.workflow, error.position, error.attempts) == (
@@ -238,12 +248,12 @@ async def test_transient_delivery_errors_count_against_the_same_bound(
         async with again:
             store.fail_next("put")
             clock.advance(300)  # the queue's backoff (1 s, doubling) has passed
-            again.queue.promote_scheduled_now()
+            promote_due(again)
             await arrive(f"huge {attempt}")
     last, store = engine()
     async with last:
         clock.advance(300)
-        last.queue.promote_scheduled_now()
+        promote_due(last)
         with pytest.raises(RunStalled) as error:
             await result(last.handle(handle.run_id))
     assert runs == {"prepare": 1, "huge": 3}

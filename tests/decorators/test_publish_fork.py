@@ -65,7 +65,7 @@ async def test_a_replayed_publish_writes_nothing(make_objects: Factory, clock: M
         await wait_parked(engine, handle.run_id, step=2)
         # The last delivery replays both publishes: neither may write again
         # (a replayed write of {"done": 1} would take the key backwards).
-        kv = engine.queue.kv
+        kv = engine.for_run(handle.run_id).queue.kv
         key = published_key(handle.run_id, "progress")
         fut = kv.watch(key)
         try:

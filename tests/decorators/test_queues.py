@@ -74,9 +74,10 @@ async def test_a_queue_limited_to_one_never_runs_two_at_once(
         assert active == {"bulk": 3, "emails": 1}
         states = [await h.status() for h in emails]
         assert sum(s.state is WorkflowState.PENDING for s in states if s is not None) == 2
-        pointer = engine.workflows.default.view.pointer(emails[0].run_id)
+        part = engine.for_run(emails[0].run_id)
+        pointer = part.workflows.default.view.pointer(emails[0].run_id)
         assert pointer is not None
-        job = engine.queue.job_record(pointer.job_id)
+        job = part.queue.job_record(pointer.job_id)
         assert job is not None
         assert job.queue == "emails"
         gate[0].set()
@@ -91,7 +92,8 @@ async def test_a_queue_with_concurrency_zero_runs_nothing_here(
     # A process that only starts runs (a web server, say) ...
     async with make_engine(make_objects, clock, concurrency={DEFAULT_QUEUE: 0}) as engine:
         handle = await default_queue_run.start()
-        assert engine.queue.stats(DEFAULT_QUEUE).pending == 1
+        part = engine.for_run(handle.run_id)
+        assert part.queue.stats(DEFAULT_QUEUE).pending == 1
         idle = clock.sleepers
         waiter = asyncio.ensure_future(handle.result(timeout=1))
         await asyncio.wait_for(clock.wait_for_sleepers(idle + 1), LIMIT)

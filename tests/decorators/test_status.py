@@ -17,7 +17,16 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
-from decorator_helpers import LIMIT, Factory, archived, make_engine, result, wait_parked
+from decorator_helpers import (
+    LIMIT,
+    Factory,
+    archived,
+    kv_count,
+    make_engine,
+    promote_due,
+    result,
+    wait_parked,
+)
 
 import durable
 from durable import WorkflowState, WorkflowStatus
@@ -145,7 +154,7 @@ async def status_of(engine: durable.Engine, run_id: str) -> WorkflowStatus:
 
 async def journaled(engine: durable.Engine, run_id: str, position: int) -> None:
     """Wait until the journal holds ``position`` of run ``run_id`` (a KV watch)."""
-    kv = engine.queue.kv
+    kv = engine.for_run(run_id).queue.kv
     key = entry_key(run_id, position)
     while kv.get(key) is None:
         fut = kv.watch(key)  # no await since the read: no write slips through
@@ -181,7 +190,7 @@ async def test_pending_a_run_that_starts_later_or_that_no_worker_here_runs(
         assert (await status_of(engine, queued.run_id)).state is WorkflowState.PENDING
     async with running(make_objects, clock) as engine:
         clock.advance(60)
-        engine.queue.promote_scheduled_now()  # not left to the scheduler's next tick
+        promote_due(engine)  # not left to the scheduler's next tick
         await entered("later")
         event("later:release").set()
         assert await result(engine.handle(later.run_id)) == "later"
@@ -380,7 +389,7 @@ async def test_an_archived_run_keeps_its_status(
         event("archived:release").set()
         await result(handle)
         await archived(engine, handle.run_id)
-        assert engine.queue.kv.count(b"workflow/journal/") == 0
+        assert kv_count(engine, b"workflow/journal/") == 0
         assert await handle.status() == WorkflowStatus(
             handle.run_id, "status.blocked", WorkflowState.SUCCEEDED, 3
         )

@@ -8,7 +8,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from decorator_helpers import LIMIT, Factory, failure_type, journal_names, make_engine, result
+from decorator_helpers import (
+    LIMIT,
+    Factory,
+    abort_workflows,
+    failure_type,
+    journal_names,
+    make_engine,
+    result,
+)
 
 import durable
 from durable.decorators.journal import START, STEP
@@ -193,7 +201,7 @@ async def test_at_most_once_never_runs_again_after_a_crash(
         handle = await checkout.start(100)
         await asyncio.wait_for(attempt_started(1).wait(), LIMIT)
         assert await journal_names(engine, handle.run_id) == [(0, START, charge_card.name)]
-        await engine.workflows.abort()  # the process dies mid-step
+        await abort_workflows(engine)  # the process dies mid-step
     async with make_engine(make_objects, clock) as engine:
         out = await result(engine.handle(handle.run_id))
     assert out == f"check the card: 0 {charge_card.name}"

@@ -9,7 +9,15 @@ from collections import Counter
 from typing import Any
 
 import pytest
-from decorator_helpers import LIMIT, Factory, make_engine, result, wait_parked
+from decorator_helpers import (
+    LIMIT,
+    Factory,
+    make_engine,
+    promote_due,
+    result,
+    signal_records,
+    wait_parked,
+)
 
 import durable
 from durable.decorators.journal import SIGNAL, SLEEP
@@ -93,7 +101,7 @@ async def test_a_sleeping_run_holds_no_worker(make_objects: Factory, clock: Mock
         # The only worker is free: another run completes meanwhile.
         assert await result(await quick.start()) == "quick"
         clock.advance(3599)
-        assert engine.queue.promote_scheduled_now() == 0  # not due yet
+        assert promote_due(engine) == 0  # not due yet
         clock.advance(1)
         assert await result(sleeper) == "rested"
     assert calls == {"before": 1, "after": 1, "quick": 1}
@@ -105,7 +113,7 @@ async def test_a_sleep_survives_a_restart(make_objects: Factory, clock: MockCloc
         await wait_parked(engine, handle.run_id)
     clock.advance(60)
     async with make_engine(make_objects, clock) as engine:
-        assert engine.queue.promote_scheduled_now() == 1  # (the scheduler ticks each second)
+        assert promote_due(engine) == 1  # (the scheduler ticks each second)
         assert await result(engine.handle(handle.run_id)) == "rested"
     assert calls == {"before": 1, "after": 1}
 
@@ -115,7 +123,7 @@ async def test_sleep_takes_a_timedelta(make_objects: Factory, clock: MockClock) 
         handle = await timedelta_nap.options(run_id="nap-1").start()
         await wait_parked(engine, handle.run_id)
         clock.advance(119)
-        assert engine.queue.promote_scheduled_now() == 0
+        assert promote_due(engine) == 0
         clock.advance(1)
         assert await result(handle) == 1
 
@@ -139,7 +147,7 @@ async def test_a_wait_times_out_with_none(make_objects: Factory, clock: MockCloc
         handle = await approval.start("approve:2", 300)
         await wait_parked(engine, handle.run_id)
         clock.advance(299)
-        assert engine.queue.promote_scheduled_now() == 0
+        assert promote_due(engine) == 0
         clock.advance(1)
         await wait_parked(engine, handle.run_id, step=2)
         clock.advance(10)
@@ -147,8 +155,8 @@ async def test_a_wait_times_out_with_none(make_objects: Factory, clock: MockCloc
         kinds = [
             e.kind
             for _, e in durable.decorators.journal.Journal.load(
-                engine.queue.kv.internal(),
-                engine.workflows.default.memos.run_memo(handle.run_id),
+                engine.for_run(handle.run_id).queue.kv.internal(),
+                engine.for_run(handle.run_id).workflows.default.memos.run_memo(handle.run_id),
                 handle.run_id,
             ).entries()
         ]
@@ -228,7 +236,7 @@ async def test_gathered_waits_each_keep_the_signal_that_ended_them(
         assert await engine.signal("second", "B") is SignalOutcome.BUFFERED
         assert await engine.signal("first", "A") is SignalOutcome.DELIVERED
         assert await result(handle) == ["A", "B"]
-        assert engine.queue.kv.scan(b"workflow/signal-", limit=10).entries == []
+        assert signal_records(engine) == []
 
 
 # ------------------------------------------------------------ handle.waiting()
