@@ -28,6 +28,17 @@ runtime's queue, `keys.group_terminals_prefix`); the maintenance loop of
 the runtime on that queue forgets the group one retention window later
 (`GroupRetention`), and no other runtime touches it. A group whose results
 are never consumed is kept until it is forgotten.
+
+On a partitioned store (`durable.cluster.manifest`) a group may spread its
+members: built with ``route`` (a member's run id -> the runtime of the
+partition that holds it), each member is submitted, read, watched,
+cancelled and forgotten in its own partition (its member record lives
+there, beside its run), while the manifest and the group marker stay with
+the runtime the group was built on (the group id's partition). Without
+``route`` every member is the group runtime's, as on one store. Group
+retention sweeps a runtime's own markers with that runtime alone, so it
+forgets only groups whose members are all there (the decorators' ``map``
+sets no group retention).
 """
 
 from __future__ import annotations
@@ -74,6 +85,7 @@ from durable.store.queue import SettlementEffects
 
 if TYPE_CHECKING:
     from durable.engine.runtime import WorkflowRuntime
+    from durable.store.kv import KvNamespace
 
 __all__ = [
     "MAX_CONCURRENT_SUBMISSIONS",
@@ -191,10 +203,16 @@ class RunGroup:
     Cheap to build (`WorkflowRuntime.group`): every method reads the store.
     """
 
-    __slots__ = ("_manifest_name", "_rt", "group_id")
+    __slots__ = ("_manifest_name", "_route", "_rt", "group_id")
 
-    def __init__(self, runtime: WorkflowRuntime, group_id: str) -> None:
+    def __init__(
+        self,
+        runtime: WorkflowRuntime,
+        group_id: str,
+        route: Callable[[str], WorkflowRuntime] | None = None,
+    ) -> None:
         self._rt = runtime
+        self._route = route
         #: The group's id (1 to 128 bytes of ``[A-Za-z0-9_-]``).
         self.group_id = validate_id(group_id, "group id")
         self._manifest_name = keys.manifest_object(runtime.memos.prefix, group_id)
@@ -205,6 +223,11 @@ class RunGroup:
     def run_id(self, key: str) -> str:
         """The run id of member ``key``."""
         return member_run_id(self.group_id, key)
+
+    def runtime_of(self, run_id: str) -> WorkflowRuntime:
+        """The runtime that holds member run ``run_id`` (the group's own
+        unless the group was built with a ``route``)."""
+        return self._rt if self._route is None else self._route(run_id)
 
     # ------------------------------------------------------------ submit
 
@@ -265,7 +288,8 @@ class RunGroup:
             if record is not None and _status(record) is TerminalStatus.SUCCEEDED:
                 return SubmitOutcome(run_id, "", False)
             spec = RunSpec(input, run_id=run_id, options=run_options)
-            return await self._rt.submit_member(spec, GroupMembership(self.group_id, key))
+            runtime = self.runtime_of(run_id)
+            return await runtime.submit_member(spec, GroupMembership(self.group_id, key))
 
         return await _bounded(manifest.members, submit_one, MAX_CONCURRENT_SUBMISSIONS)
 
@@ -291,7 +315,8 @@ class RunGroup:
 
     def member_record(self, key: str) -> MemberRecord | None:
         """The member record of ``key`` (None: never submitted)."""
-        raw = self._rt.queue.kv.get(keys.member_key(self.group_id, key))
+        kv = self.runtime_of(self.run_id(key)).queue.kv
+        raw = kv.get(keys.member_key(self.group_id, key))
         if raw is None:
             return None
         return decode_member_record(raw, f"member record {key!r} of group {self.group_id!r}")
@@ -302,7 +327,8 @@ class RunGroup:
         it yet: `WorkflowRuntime.pending_input`)."""
         record = self.member_record(key)
         if record is None:
-            if self._rt.pending_input(self.run_id(key)) is not None:
+            run_id = self.run_id(key)
+            if self.runtime_of(run_id).pending_input(run_id) is not None:
                 return None
             raise MemberNotSubmitted(self.group_id, key)
         return record.termination
@@ -310,10 +336,11 @@ class RunGroup:
     async def _result(self, key: str, termination: RunTermination) -> MemberResult:
         run_id = self.run_id(key)
         outcome: RunOutcome | None = None
-        terminal = self._rt.view.terminal_record(run_id)
+        view = self.runtime_of(run_id).view
+        terminal = view.terminal_record(run_id)
         if terminal is not None and terminal.termination == termination:
             # No await since the read: the outcome is checked against this termination.
-            outcome = await self._rt.view.outcome(run_id)
+            outcome = await view.outcome(run_id)
         return MemberResult(key, run_id, termination, outcome)
 
     async def results(self) -> AsyncIterator[MemberResult]:
@@ -327,12 +354,14 @@ class RunGroup:
         has a group retention.
         """
         manifest = await self.manifest()
-        kv = self._rt.queue.kv
         changed: asyncio.Queue[str] = asyncio.Queue()
         watches: dict[str, asyncio.Future[None]] = {}
 
+        def kv_of(key: str) -> KvNamespace:
+            return self.runtime_of(self.run_id(key)).queue.kv
+
         def watch(key: str) -> None:
-            fut = kv.watch(keys.member_key(self.group_id, key))
+            fut = kv_of(key).watch(keys.member_key(self.group_id, key))
             fut.add_done_callback(lambda _: changed.put_nowait(key))
             watches[key] = fut
 
@@ -344,8 +373,8 @@ class RunGroup:
                     ready.append((key, termination))
                 else:
                     watch(key)
-            if ready:
-                await self._rt.queue.writer.flush()  # memory may be ahead of the store
+            for runtime, _ in self._by_runtime(key for key, _ in ready):
+                await runtime.queue.writer.flush()  # memory may be ahead of the store
             for key, termination in ready:
                 yield await self._result(key, termination)
             while watches:
@@ -368,7 +397,7 @@ class RunGroup:
             await self._rt.group_markers.mark(self.group_id)
         finally:
             for key, fut in watches.items():
-                kv.unwatch(keys.member_key(self.group_id, key), fut)
+                kv_of(key).unwatch(keys.member_key(self.group_id, key), fut)
                 if fut.done() and not fut.cancelled():
                     fut.exception()  # a store failure: raised once above, not per watch
 
@@ -403,10 +432,19 @@ class RunGroup:
         active = [key for key, _ in manifest.members if _is_active(self.member_record(key))]
 
         async def cancel_one(key: str) -> bool:
-            return await self._rt.cancel(self.run_id(key))
+            run_id = self.run_id(key)
+            return await self.runtime_of(run_id).cancel(run_id)
 
         cancelled = await _bounded(active, cancel_one, MAX_CONCURRENT_SUBMISSIONS)
         return sum(cancelled)
+
+    def _by_runtime(self, members: Iterable[str]) -> list[tuple[WorkflowRuntime, list[str]]]:
+        """``members`` (keys) grouped by the runtime that holds them, in order."""
+        groups: dict[int, tuple[WorkflowRuntime, list[str]]] = {}
+        for key in members:
+            runtime = self.runtime_of(self.run_id(key))
+            groups.setdefault(id(runtime), (runtime, []))[1].append(key)
+        return list(groups.values())
 
     async def forget(self) -> int:
         """Delete the group: its members' memo entries, terminal records and
@@ -428,15 +466,17 @@ class RunGroup:
                     listed.add(name)
 
         async def clear(key: str) -> int:
-            return await self._rt.memos.clear_run(self.run_id(key))
+            run_id = self.run_id(key)
+            return await self.runtime_of(run_id).memos.clear_run(run_id)
 
         await _bounded(members, clear, MAX_CONCURRENT_SUBMISSIONS)
-        for start in range(0, len(members), _FORGET_BATCH):
-            fx = SettlementEffects()
-            for key in members[start : start + _FORGET_BATCH]:
-                fx.kv_delete(keys.member_key(self.group_id, key))
-                fx.kv_delete(keys.outcome_key(self.run_id(key)))
-            await self._rt.queue.commit_effects(fx)
+        for runtime, held in self._by_runtime(members):
+            for start in range(0, len(held), _FORGET_BATCH):
+                fx = SettlementEffects()
+                for key in held[start : start + _FORGET_BATCH]:
+                    fx.kv_delete(keys.member_key(self.group_id, key))
+                    fx.kv_delete(keys.outcome_key(self.run_id(key)))
+                await runtime.queue.commit_effects(fx)
         await self._rt.memos.objects.delete([self._manifest_name])
         return len(members)
 

@@ -9,7 +9,14 @@ import pytest
 from decorator_helpers import LIMIT, Factory, after_deferral, result
 
 import durable
+from durable.cluster.manifest import partition_of
+from durable.decorators.jobs import job
+from durable.decorators.jobs.mapping import group_id_for_key
+from durable.decorators.jobs.service import runner_for
+from durable.engine import keys
+from durable.engine.groups import member_run_id
 from durable.store.clock import MockClock
+from durable.store.ids import IdGenerator
 
 P = 8
 events: dict[str, asyncio.Event] = {}
@@ -46,6 +53,11 @@ async def waits_in_a_step(n: int) -> int:
     return await held(n)
 
 
+@job(name="partitioned.square")
+async def square(x: int) -> int:
+    return x * x
+
+
 def partitioned(make_objects: Factory, clock: MockClock) -> durable.Engine:
     return durable.Engine(make_objects(), clock=clock, partitions=P)
 
@@ -79,3 +91,41 @@ async def test_an_engine_whose_close_was_cancelled_lets_the_next_own_at_once(
         event("let go").set()
         await after_deferral(engine, handle.run_id, 1)  # the lost attempt was a crash
         assert await result(engine.handle(handle.run_id)) == 7
+
+
+async def test_a_keyless_job_keeps_an_engine_minted_id_and_runs_in_its_partition(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with partitioned(make_objects, clock) as engine:
+        handles = [await square.submit(n) for n in range(4)]
+        assert [await result(h) for h in handles] == [0, 1, 4, 9]
+        for handle in handles:
+            # A run id like a workflow's (a ULID), not a digest of a made-up key.
+            assert len(handle.job_id) == len(IdGenerator(clock).next())
+            runtime = runner_for(engine.for_run(handle.job_id), square.job_type).runtime
+            assert runtime.view.terminal_record(handle.job_id) is not None
+        assert await result(square.handle(handles[2].job_id)) == 4
+
+
+async def test_map_spreads_its_members_over_the_partitions_and_gathers_them(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    items = list(range(32))
+    async with partitioned(make_objects, clock) as engine:
+        assert await asyncio.wait_for(
+            square.options(idempotency_key="squares").map(items), LIMIT
+        ) == [x * x for x in items]
+        group_id = group_id_for_key(square.name, "squares")
+        homes = set()
+        for i in items:
+            member = member_run_id(group_id, f"item-{i}")
+            home = partition_of(member, P)
+            homes.add(home)
+            # The member's run and its member record are in its own partition.
+            part = engine.for_run(member)
+            runtime = runner_for(part, square.job_type).runtime
+            assert runtime.view.terminal_record(member) is not None
+            assert part.queue.kv.get(keys.member_key(group_id, f"item-{i}")) is not None
+        assert len(homes) > 1  # 32 members in one of 8 partitions: 8**-31
+        seen = [pair async for pair in square.map_as_completed([5, 6, 7])]
+        assert sorted(seen) == [(0, 25), (1, 36), (2, 49)]

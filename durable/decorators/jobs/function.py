@@ -55,6 +55,7 @@ from durable.decorators.jobs.service import check_job_queue, runner_for
 from durable.decorators.registry import check_async, default_name
 from durable.engine.jobs import DEFAULT_JOBS_QUEUE, job_id_for_key
 from durable.engine.runs import RunOptions, validate_run_id
+from durable.engine.runtime import WorkflowRuntime
 from durable.errors import DecoratorError, InvalidArgument
 from durable.store.queue.options import validate_queue_name
 
@@ -118,14 +119,16 @@ class JobSubmitter(Generic[P, R]):
     ) -> JobHandle[R]:
         fn = self.function
         engine = current_engine(f"submitting job {fn.name!r}")
-        if key is None and engine.partitioned:
-            # Prototype: the id must route to the partition that holds the job,
-            # so a keyless job gets a fresh key (its id is that key's digest).
-            key = engine.new_run_id()
-        route = job_id_for_key(key) if key is not None else ""
-        runner = runner_for(engine.for_run(route), fn.job_type)
+        job_id: str | None = None
+        if key is not None:
+            runner = runner_for(engine.for_run(job_id_for_key(key)), fn.job_type)
+        elif engine.partitioned:  # the id routes the job: minted here, not by the runtime
+            job_id = engine.new_run_id()
+            runner = runner_for(engine.for_run(job_id), fn.job_type)
+        else:
+            runner = runner_for(engine, fn.job_type)
         job = fn.job_type(encode_invocation(engine.codec, fn.name, *call, kind="job"))
-        submitted = await runner.submit(job, idempotency_key=key, **self._options())
+        submitted = await runner.submit(job, idempotency_key=key, job_id=job_id, **self._options())
         return JobHandle(
             engine.codec, runner.runtime, submitted.id, fn.name, submitted.newly_submitted
         )
@@ -153,13 +156,20 @@ class JobSubmitter(Generic[P, R]):
             group_id = group_id_for_key(fn.name, self.idempotency_key)
         else:
             group_id = engine.new_run_id()
-        # Prototype: every member in the group's partition (not spread yet).
+        # The group's manifest in the group id's partition; each member in its own.
         runner = runner_for(engine.for_run(group_id), fn.job_type)
+        route = None
+        if engine.partitioned:
+            job_type = fn.job_type
+
+            def route(job_id: str) -> WorkflowRuntime:
+                return runner_for(engine.for_run(job_id), job_type).runtime
+
         jobs = [
             fn.job_type(encode_invocation(engine.codec, fn.name, *c, kind="job")) for c in calls
         ]
         return await MappedJobs.submit(
-            engine.codec, runner, jobs, key_list, group_id, self._options()
+            engine.codec, runner, jobs, key_list, group_id, self._options(), route
         )
 
     @overload

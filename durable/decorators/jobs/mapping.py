@@ -11,12 +11,17 @@ then it derives from the job's name and the key, and a second ``map`` with
 that key (after a crash, say) finds the same group: members that
 succeeded are not run again, failed or cancelled ones are, and other items
 raise `GroupMismatch`.
+
+On a partitioned store the members spread over the partitions by their own
+ids (each runs, and keeps its member record, in its own partition); the
+group's manifest is in the group id's partition, and the results are
+gathered from every partition the members are in.
 """
 
 from __future__ import annotations
 
 import hashlib
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +30,7 @@ from durable.decorators.jobs.handle import read_job
 from durable.decorators.jobs.kind import FunctionJob
 from durable.engine.jobs import JobGroup, JobRunner
 from durable.engine.runs import RunEnd
+from durable.engine.runtime import WorkflowRuntime
 
 __all__ = ["MappedJobs", "group_id_for_key"]
 
@@ -52,10 +58,13 @@ class MappedJobs:
         keys: Sequence[str] | None,
         group_id: str,
         options: dict[str, Any],
+        route: Callable[[str], WorkflowRuntime] | None = None,
     ) -> MappedJobs:
-        """Submit ``jobs`` (keyed by ``keys``, else by position) as group ``group_id``."""
+        """Submit ``jobs`` (keyed by ``keys``, else by position) as group
+        ``group_id`` on ``runner`` (the group's manifest); ``route`` (a job id
+        -> its runtime) spreads the members over a partitioned store."""
         keyed = [job.with_member_key(keys[i] if keys else None) for i, job in enumerate(jobs)]
-        group: JobGroup[bytes] = runner.group(group_id, type(jobs[0]))
+        group: JobGroup[bytes] = runner.group(group_id, type(jobs[0]), route=route)
         await group.submit(keyed, **options)
         index_of = {keys[i] if keys else f"item-{i}": i for i in range(len(jobs))}
         return cls(codec, runner, group, index_of)
@@ -63,9 +72,10 @@ class MappedJobs:
     async def completed(self, return_exceptions: bool) -> AsyncIterator[tuple[int, Any]]:
         """``(index, result)`` of each member as it ends; a failed member raises
         its exception, or yields it when ``return_exceptions``."""
-        runtime = self.runner.runtime
-        async for member in self.group.run_group.results():
+        run_group = self.group.run_group
+        async for member in run_group.results():
             end = RunEnd(member.termination, member.outcome)
+            runtime = run_group.runtime_of(member.run_id)
             try:
                 value = await read_job(self.codec, runtime, member.run_id, end)
             except Exception as error:

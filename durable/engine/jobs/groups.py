@@ -9,6 +9,11 @@ submission order. ``resume``, ``status``, ``cancel``, ``forget`` and
 retention (``JobRunnerOptions.group_retention``) are the run group's
 (`durable.engine.groups.RunGroup`).
 
+Built with ``route`` (a job id -> the runtime holding it: the job runner
+of its partition on a partitioned store), the members spread over the
+partitions by their own ids; the group's manifest stays on the runner's
+runtime (`durable.engine.groups`).
+
 Progress, a failure threshold or a cost rollup are folds the caller writes
 over `results`.
 """
@@ -16,7 +21,7 @@ over `results`.
 from __future__ import annotations
 
 import datetime as _dt
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Generic
 
@@ -30,6 +35,7 @@ from durable.errors import JobFailed, JobTypeError
 
 if TYPE_CHECKING:
     from durable.engine.jobs.runner import JobRunner
+    from durable.engine.runtime import WorkflowRuntime
 
 __all__ = ["JobGroup", "JobMemberResult"]
 
@@ -61,14 +67,19 @@ class JobGroup(Generic[OutputT]):
     __slots__ = ("_job_type", "_runner", "run_group")
 
     def __init__(
-        self, runner: JobRunner, group_id: str, job_type: type[Job[OutputT]] | None = None
+        self,
+        runner: JobRunner,
+        group_id: str,
+        job_type: type[Job[OutputT]] | None = None,
+        *,
+        route: Callable[[str], WorkflowRuntime] | None = None,
     ) -> None:
         self._runner = runner
         self._job_type: type[Job[Any]] | None = (
             None if job_type is None else check_job_type(job_type)
         )
         #: The run group underneath.
-        self.run_group = RunGroup(runner.runtime, group_id)
+        self.run_group = RunGroup(runner.runtime, group_id, route)
 
     def __repr__(self) -> str:
         name = None if self._job_type is None else self._job_type.NAME
@@ -114,7 +125,12 @@ class JobGroup(Generic[OutputT]):
         options = self._options(max_attempts, priority, run_at, headers)
         outcomes = await self.run_group.submit(members, options)
         return [
-            JobHandle(self._runner.runtime, out.run_id, self._job_type, out.newly_submitted)
+            JobHandle(
+                self.run_group.runtime_of(out.run_id),
+                out.run_id,
+                self._job_type,
+                out.newly_submitted,
+            )
             for out in outcomes
         ]
 
@@ -132,7 +148,12 @@ class JobGroup(Generic[OutputT]):
         options = self._options(max_attempts, priority, run_at, headers)
         outcomes = await self.run_group.resume(options)
         return [
-            JobHandle(self._runner.runtime, out.run_id, self._job_type, out.newly_submitted)
+            JobHandle(
+                self.run_group.runtime_of(out.run_id),
+                out.run_id,
+                self._job_type,
+                out.newly_submitted,
+            )
             for out in outcomes
         ]
 

@@ -215,9 +215,14 @@ class JobRunner:
         priority: int | None = None,
         run_at: int | _dt.datetime | None = None,
         headers: Mapping[str, str] | None = None,
+        job_id: str | None = None,
     ) -> JobHandle[OutputT]:
         """Submit ``job``; see the module docstring for idempotency.
 
+        ``job_id`` is the id of a job without an idempotency key (default: a
+        new ULID the runtime mints): a caller that must know the id before
+        submitting (to route it to a partition) mints it; `InvalidArgument`
+        with an idempotency key, whose digest is the id.
         ``idempotency_key`` defaults to ``job.idempotency_key()``;
         ``max_attempts`` to the type's ``MAX_ATTEMPTS``, then the queue's.
         ``run_at`` (epoch milliseconds or an aware datetime) holds the job
@@ -235,8 +240,13 @@ class JobRunner:
         )
         key = idempotency_key if idempotency_key is not None else job.idempotency_key()
         if key is None:
-            out = await self.runtime.submit(RunSpec(payload, options=options))
+            out = await self.runtime.submit(RunSpec(payload, run_id=job_id, options=options))
             return JobHandle(self.runtime, out.run_id, job_type, out.newly_submitted)
+        if job_id is not None:
+            raise InvalidArgument(
+                f"job {job_type.NAME!r}: job_id={job_id!r} with an idempotency key; the key's "
+                "digest is the job id: pass one or the other"
+            )
         job_id = job_id_for_key(key)
         lock = self._locks.get(job_id)
         if lock is None:
@@ -275,13 +285,33 @@ class JobRunner:
         return JobHandle(self.runtime, job_id, job_type, False)
 
     @overload
-    def group(self, group_id: str, job_type: type[Job[OutputT]]) -> JobGroup[OutputT]: ...
+    def group(
+        self,
+        group_id: str,
+        job_type: type[Job[OutputT]],
+        *,
+        route: Callable[[str], WorkflowRuntime] | None = None,
+    ) -> JobGroup[OutputT]: ...
     @overload
-    def group(self, group_id: str, job_type: None = None) -> JobGroup[Any]: ...
-    def group(self, group_id: str, job_type: type[Job[Any]] | None = None) -> JobGroup[Any]:
+    def group(
+        self,
+        group_id: str,
+        job_type: None = None,
+        *,
+        route: Callable[[str], WorkflowRuntime] | None = None,
+    ) -> JobGroup[Any]: ...
+    def group(
+        self,
+        group_id: str,
+        job_type: type[Job[Any]] | None = None,
+        *,
+        route: Callable[[str], WorkflowRuntime] | None = None,
+    ) -> JobGroup[Any]:
         """The job group ``group_id``: a run group of jobs of one type.
 
         ``job_type`` is taken from the submitted jobs, or from the registered
-        type named in the group's manifest, when not given.
+        type named in the group's manifest, when not given. ``route`` (a job
+        id -> the runtime holding it) spreads the members over the
+        partitions of a partitioned store (`JobGroup`).
         """
-        return JobGroup(self, group_id, job_type)
+        return JobGroup(self, group_id, job_type, route=route)
