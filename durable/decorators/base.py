@@ -34,6 +34,7 @@ if TYPE_CHECKING:
     from durable.decorators.session import Role
     from durable.engine.access import RunQueue
     from durable.store.clock import Clock
+    from durable.store.queue.worker import Slots
 
 __all__ = ["EngineBase"]
 
@@ -137,6 +138,13 @@ class EngineBase:
             if callable(queues):
                 owned.update(queues())
         return frozenset(owned)
+
+    def slots_for(self, queue: str, limit: int) -> Slots | None:
+        """The slots every partition's worker of ``queue`` shares in this
+        process (at most ``limit`` of its runs or jobs at once, whatever
+        number of partitions this process owns); None on an unpartitioned
+        store (the runtime's own limit)."""
+        raise NotImplementedError
 
     # ---------------------------------------------------------- services
 

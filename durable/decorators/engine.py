@@ -52,6 +52,7 @@ from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine, S
 from durable.store.clock import Clock, SystemClock
 from durable.store.objects.base import ObjectStore
 from durable.store.objects.url import check_writer_url, resolve_store
+from durable.store.queue.worker import Slots
 
 if TYPE_CHECKING:
     from durable.decorators.handles import WorkflowHandle
@@ -230,6 +231,7 @@ class Engine(EngineBase):
         #: The source of every timestamp, timeout and durable timer.
         self.clock = clock if clock is not None else SystemClock()
         self._session: StoreSession | PartitionedSession | None = None
+        self._slots: dict[str, Slots] = {}
         self._token: Token[Engine | None] | None = None
         self._errors: list[BaseException] = []
         #: The default services' instances (per partition when partitioned).
@@ -263,6 +265,16 @@ class Engine(EngineBase):
         if isinstance(session, PartitionedSession):
             return session.facade_of(run_id)
         return self
+
+    def slots_for(self, queue: str, limit: int) -> Slots | None:
+        """Partitioned: the one `Slots` of ``queue`` that every partition's
+        worker shares (per process per queue, whatever P); else None."""
+        if not isinstance(self._session, PartitionedSession):
+            return None
+        slots = self._slots.get(queue)
+        if slots is None:
+            slots = self._slots[queue] = Slots(max(limit, 1))
+        return slots
 
     def every_partition(self) -> list[EngineBase]:
         """The engine as each partition sees it, in partition order (this

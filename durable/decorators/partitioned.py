@@ -50,6 +50,7 @@ if TYPE_CHECKING:
     from durable.decorators.runtimes import WorkflowQueues
     from durable.store.log import LogWriter
     from durable.store.objects.base import ObjectStore
+    from durable.store.queue.worker import Slots
 
 __all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession"]
 
@@ -125,6 +126,10 @@ class PartitionEngine(EngineBase):
     def handle(self, run_id: str) -> WorkflowHandle[Any]:
         """A handle on run ``run_id`` (the engine's: it routes)."""
         return self._engine.handle(run_id)
+
+    def slots_for(self, queue: str, limit: int) -> Slots | None:
+        """The engine's slots of ``queue`` (shared by every partition)."""
+        return self._engine.slots_for(queue, limit)
 
     def service_queues(self) -> frozenset[str]:
         """The engine's service queues (no workflow worker runs on those)."""

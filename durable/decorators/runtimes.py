@@ -83,6 +83,7 @@ class WorkflowQueues:
                     memo_retention=self._engine.retention,
                     max_concurrent_steps=max(limit, 1),
                     clock=self._engine.clock,
+                    slots=self._engine.slots_for(queue, limit),
                 ),
             )
             runtime.run_keys = functools.partial(run_keys, self._engine)

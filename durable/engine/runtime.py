@@ -68,6 +68,7 @@ from durable.store.queue import (
     run_worker_concurrent,
 )
 from durable.store.queue.wakeups import wait_or_sleep
+from durable.store.queue.worker import Slots
 
 __all__ = ["RuntimeOptions", "WorkerHandle", "WorkflowRuntime"]
 
@@ -99,6 +100,9 @@ class RuntimeOptions:
     #: consumer saw its last member terminate; None keeps groups until
     #: `RunGroup.forget`.
     group_retention: float | None = None
+    #: A limit shared with the workers of other runtimes of this process (the
+    #: same queue in every partition of a partitioned store); None: none.
+    slots: Slots | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         if not isinstance(self.max_concurrent_steps, int) or self.max_concurrent_steps < 1:
@@ -605,6 +609,7 @@ class WorkflowRuntime:
                 concurrency=self.options.max_concurrent_steps,
                 poll_interval=self.options.poll_interval,
                 shutdown=stop,
+                slots=self.options.slots,
             ),
             name=f"durable-runtime {self.options.queue_name}",
         )

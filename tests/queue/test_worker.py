@@ -10,10 +10,12 @@ import pytest
 
 from durable.store.clock import MockClock
 from durable.store.kv import KvNamespace
+from durable.store.objects import MemoryObjectStore
 from durable.store.queue import (
     Claim,
     JobStatus,
     LeaseHandle,
+    OpenOptions,
     Queue,
     QueueConfig,
     SettlementEffects,
@@ -21,6 +23,7 @@ from durable.store.queue import (
 from durable.store.queue.worker import (
     FailWith,
     PermanentFailure,
+    Slots,
     WorkerQueue,
     run_worker,
     run_worker_concurrent,
@@ -427,6 +430,47 @@ async def test_concurrent_runs_at_most_concurrency_jobs(
     assert sorted(k for k, _ in kv_of(queue).scan(b"done/", limit=10).entries) == sorted(
         b"done/" + p for p in payloads
     )
+
+
+async def test_loops_sharing_slots_run_at_most_the_limit_together(clock: MockClock) -> None:
+    """Two loops (two partitions' queues) of one process share `Slots(2)`:
+    each could run 3, together they run 2 at once, and every job runs."""
+    hour = 3600.0
+    options = OpenOptions(
+        clock=clock, reaper_interval=hour, scheduler_interval=hour, fence_check_interval=hour
+    )
+    queues = [await Queue.open(MemoryObjectStore(), options) for _ in range(2)]
+    try:
+        for q in queues:
+            await q.enqueue_batch("q", [b"1", b"2", b"3"])
+        gate, shutdown, slots = Gate(), asyncio.Event(), Slots(2)
+        tasks = [
+            asyncio.create_task(
+                run_worker_concurrent(
+                    q,
+                    Scripted(gate),
+                    name="q",
+                    concurrency=3,
+                    poll_interval=5.0,
+                    shutdown=shutdown,
+                    slots=slots,
+                )
+            )
+            for q in queues
+        ]
+        await gate.wait_started(2)
+        await settle_down()
+        assert (gate.running, slots.used) == (2, 2)
+        assert sum(q.stats("q").claimed for q in queues) == 2
+        gate.release.set()
+        await gate.wait_started(6)
+        shutdown.set()
+        await asyncio.gather(*tasks)
+        assert sum(q.stats("q").done for q in queues) == 6
+        assert (gate.peak, slots.used) == (2, 0)
+    finally:
+        for q in queues:
+            await q.close()
 
 
 async def test_concurrent_claims_when_a_slot_frees(queue: Queue) -> None:

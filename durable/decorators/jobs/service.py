@@ -72,7 +72,10 @@ class JobsService:
             runner = JobRunner(
                 mode.queue,
                 JobRunnerOptions(
-                    queue_name=queue, max_concurrent_jobs=max(limit, 1), clock=engine.clock
+                    queue_name=queue,
+                    max_concurrent_jobs=max(limit, 1),
+                    clock=engine.clock,
+                    slots=engine.slots_for(queue, limit),
                 ),
                 make_runtime=lambda r, o: mode.runtime(r, None, o),
             )

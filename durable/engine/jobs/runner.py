@@ -45,6 +45,7 @@ from durable.engine.runs import RunOptions, RunSpec
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 from durable.errors import InputMismatch, InvalidArgument, JobTypeError
 from durable.store.clock import Clock
+from durable.store.queue.worker import Slots
 
 __all__ = ["DEFAULT_JOBS_QUEUE", "JobRunner", "JobRunnerOptions", "job_id_for_key"]
 
@@ -86,6 +87,8 @@ class JobRunnerOptions:
     group_retention: float | None = None
     #: The clock; None: the queue's.
     clock: Clock | None = field(default=None)
+    #: A limit shared with other runners of this process (`RuntimeOptions.slots`).
+    slots: Slots | None = field(default=None, compare=False)
 
     def __post_init__(self) -> None:
         check_int("JobRunnerOptions.max_concurrent_jobs", self.max_concurrent_jobs, 1, U32_MAX)
@@ -103,6 +106,7 @@ class JobRunnerOptions:
             memo_retention=self.result_retention,
             group_retention=self.group_retention,
             clock=self.clock,
+            slots=self.slots,
         )
 
 

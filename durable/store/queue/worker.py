@@ -21,6 +21,10 @@ is at least once either way, so ``process`` must be idempotent.
 ``shutdown`` is set both stop claiming, finish the jobs they hold, and
 return. Cancelling a loop cancels the jobs it is running (their leases then
 run out and the jobs are claimed again).
+
+Several `run_worker_concurrent` loops of one process (one per partition of
+a partitioned store) may share `Slots`: then at most ``Slots.limit`` jobs
+run at once across all of them, each loop reserving slots before it claims.
 """
 
 from __future__ import annotations
@@ -36,6 +40,7 @@ from durable.store.queue.leases import Claim, LeaseHandle
 __all__ = [
     "FailWith",
     "PermanentFailure",
+    "Slots",
     "Worker",
     "WorkerQueue",
     "run_worker",
@@ -201,6 +206,47 @@ def _check(name: str, poll_interval: float) -> None:
         )
 
 
+# --------------------------------------------------------------------- slots
+
+
+class Slots:
+    """A limit of ``limit`` jobs at once shared by several worker loops of one
+    process (`run_worker_concurrent`): a loop reserves slots before it
+    claims, and gives each back when its job settled."""
+
+    __slots__ = ("_freed", "limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"a slot limit must be an int >= 1, got {limit!r}")
+        #: Jobs that may run at once across the loops sharing these slots.
+        self.limit = limit
+        #: Slots reserved or running now.
+        self.used = 0
+        self._freed: asyncio.Event | None = None
+
+    def take(self, wanted: int) -> int:
+        """Reserve up to ``wanted`` slots; how many were reserved."""
+        n = max(0, min(wanted, self.limit - self.used))
+        self.used += n
+        return n
+
+    def give(self, n: int = 1) -> None:
+        """Give ``n`` slots back (a job settled, or a claim got fewer jobs)."""
+        if n <= 0:
+            return
+        self.used -= n
+        if self._freed is not None:
+            self._freed.set()
+            self._freed = None
+
+    def freed(self) -> asyncio.Event:
+        """An event set the next time a slot is given back."""
+        if self._freed is None:
+            self._freed = asyncio.Event()
+        return self._freed
+
+
 # --------------------------------------------------------------------- loops
 
 
@@ -243,8 +289,12 @@ async def run_worker_concurrent(
     concurrency: int,
     poll_interval: float,
     shutdown: asyncio.Event,
+    slots: Slots | None = None,
 ) -> None:
     """Process up to ``concurrency`` jobs of queue ``name`` at once until ``shutdown``.
+
+    ``slots``: a limit shared with other loops of this process (`Slots`),
+    which then bounds this loop too.
 
     Claims batches sized to the free capacity, with the queue's lease
     duration, and runs each job in its own task. On shutdown stops claiming
@@ -261,14 +311,34 @@ async def run_worker_concurrent(
 
     def finished(task: asyncio.Task[None]) -> None:
         running.discard(task)
+        if slots is not None:
+            slots.give()
         if not task.cancelled() and (error := task.exception()) is not None:
             logger.error("job task crashed", error=_describe(error), exc_info=error)
 
     try:
         while not shutdown.is_set():
             free = concurrency - len(running)
+            if slots is not None and free > 0:
+                free = slots.take(free)  # reserved before the claim's await
+                if free == 0:  # the other loops hold every slot
+                    freed = asyncio.ensure_future(slots.freed().wait())
+                    try:
+                        await asyncio.wait(
+                            {stop, freed, *running}, return_when=asyncio.FIRST_COMPLETED
+                        )
+                    finally:
+                        freed.cancel()
+                    continue
             if free > 0:
-                claims = await queue.claim_batch(name, free)
+                try:
+                    claims = await queue.claim_batch(name, free)
+                except BaseException:
+                    if slots is not None:
+                        slots.give(free)
+                    raise
+                if slots is not None:
+                    slots.give(free - len(claims))  # the slots no job took
                 for claim in claims:
                     task = asyncio.create_task(
                         _process_and_settle(queue, worker, claim, logger),
