@@ -43,6 +43,7 @@ from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, check_timing
 from durable.decorators.base import EngineBase
 from durable.decorators.codec import Codec
 from durable.decorators.current import reset_engine, set_engine
+from durable.decorators.modes import OwnerMode
 from durable.decorators.partitioned import PartitionedSession
 from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from durable.decorators.services import EngineService, default_services
@@ -52,6 +53,7 @@ from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine, S
 from durable.store.clock import Clock, SystemClock
 from durable.store.objects.base import ObjectStore
 from durable.store.objects.url import check_writer_url, resolve_store
+from durable.store.queue import Queue
 from durable.store.queue.worker import Slots
 
 if TYPE_CHECKING:
@@ -275,6 +277,19 @@ class Engine(EngineBase):
         if slots is None:
             slots = self._slots[queue] = Slots(max(limit, 1))
         return slots
+
+    def owned_queue(self, key: str) -> Queue | None:
+        """The `Queue` of ``key``'s partition (a schedule name, a batch's group
+        id) while this engine owns it, else None: the store a
+        `durable.engine.cron.CronScheduler` fires a schedule on, or a
+        `durable.engine.bulk.Bulk` runs a batch on, in the one process that
+        owns it. On an unpartitioned store: the store's queue while this
+        engine owns it."""
+        try:
+            mode = self.for_run(key).mode
+        except (NoEngine, Fenced):
+            return None
+        return mode.queue if isinstance(mode, OwnerMode) else None
 
     def every_partition(self) -> list[EngineBase]:
         """The engine as each partition sees it, in partition order (this

@@ -15,6 +15,13 @@ target queue at every fire instant:
   After an oversleep (a suspended process, a blocked loop) it enqueues the
   one fire it had planned, late, and drops the occurrences it slept through.
 
+On a partitioned store a schedule lives in the partition of its name: give
+the scheduler a function instead of a queue, ``schedule name -> the Queue
+of its partition while this process owns it, else None`` (an `Engine`'s
+``owned_queue``). A fire whose partition this process does not own is not
+enqueued here: its owner's scheduler enqueues it, so a pool of processes
+running the same schedules fires each once per instant.
+
 ```python
 scheduler = CronScheduler(queue)
 scheduler.schedule("nightly-report", "0 2 * * *", "reports", b"{}")
@@ -28,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import datetime as _dt
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from croniter import CroniterBadDateError, CroniterError, croniter
@@ -154,8 +161,17 @@ class CronScheduler:
     ``async with`` block, or ``await run(shutdown_event)``.
     """
 
-    def __init__(self, queue: Queue, clock: Clock | None = None) -> None:
-        self.queue = queue
+    def __init__(
+        self, queue: Queue | Callable[[str], Queue | None], clock: Clock | None = None
+    ) -> None:
+        """``queue``: the queue every fire is enqueued on, or (partitioned)
+        a function of the schedule's name giving its partition's queue while
+        this process owns it, None otherwise (see the module docstring)."""
+        #: The queue of every fire (None when given a function).
+        self.queue: Queue | None = queue if isinstance(queue, Queue) else None
+        self._route: Callable[[str], Queue | None] = (
+            (lambda _name: queue) if isinstance(queue, Queue) else queue
+        )
         self.clock: Clock = clock if clock is not None else SystemClock()
         self._entries: dict[str, _Entry] = {}
         self._running = False
@@ -251,8 +267,12 @@ class CronScheduler:
         return soonest
 
     async def _fire(self, sched: CronSchedule, fire_ms: int) -> None:
+        queue = self._route(sched.name)
+        if queue is None:  # another process owns the schedule's partition: it fires
+            log.debug("cron fire left to its partition's owner", schedule=sched.name)
+            return
         try:
-            result = await self.queue.enqueue_with(
+            result = await queue.enqueue_with(
                 sched.target_queue, sched.payload, sched.enqueue_options(fire_ms)
             )
         except Exception as e:  # logged: the schedule goes on to its next fire

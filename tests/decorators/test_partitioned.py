@@ -1,5 +1,6 @@
 """`Engine(url, partitions=P)`: a lone engine owns every partition at once,
-whatever the engine before it on the store did."""
+whatever the engine before it did; jobs, @job map, cron schedules and bulk
+batches each live in the partition their id routes them to."""
 
 from __future__ import annotations
 
@@ -14,7 +15,10 @@ from durable.decorators.jobs import job
 from durable.decorators.jobs.mapping import group_id_for_key
 from durable.decorators.jobs.service import runner_for
 from durable.engine import keys
+from durable.engine.bulk import Bulk, BulkContext
+from durable.engine.cron import CronScheduler
 from durable.engine.groups import member_run_id
+from durable.errors import InvalidArgument
 from durable.store.clock import MockClock
 from durable.store.ids import IdGenerator
 
@@ -129,3 +133,40 @@ async def test_map_spreads_its_members_over_the_partitions_and_gathers_them(
         assert len(homes) > 1  # 32 members in one of 8 partitions: 8**-31
         seen = [pair async for pair in square.map_as_completed([5, 6, 7])]
         assert sorted(seen) == [(0, 25), (1, 36), (2, 49)]
+
+
+async def test_a_schedule_fires_once_in_its_partition_whatever_the_schedulers(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    cron_clock = MockClock()
+    async with partitioned(make_objects, clock) as engine:
+        owner = CronScheduler(engine.owned_queue, cron_clock)
+        other = CronScheduler(lambda name: None, cron_clock)  # a process owning none
+        for scheduler in (owner, other):
+            scheduler.schedule("tick", "* * * * *", "ticks", b"t")
+        async with owner, other:
+            await asyncio.wait_for(cron_clock.wait_for_sleepers(2), LIMIT)
+            cron_clock.advance(60)
+            await asyncio.wait_for(cron_clock.wait_for_sleepers(2), LIMIT)
+        home = partition_of("tick", P)
+        pending = [part.queue.stats("ticks").pending for part in engine.every_partition()]
+        assert pending == [1 if p == home else 0 for p in range(P)]
+
+
+async def doubled(ctx: BulkContext) -> int:
+    return int(ctx.input) * 2
+
+
+async def test_a_bulk_batch_runs_in_the_partition_of_its_group(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with partitioned(make_objects, clock) as engine:
+        bulk = Bulk(engine.owned_queue, doubled)
+        report = await asyncio.wait_for(bulk.run(range(10)), LIMIT)
+        assert (report.total, report.succeeded) == (10, 10)
+        assert bulk.runtime is not None
+        assert bulk.runtime.queue is engine.owned_queue(report.group_id)
+        status = await bulk.group(report.group_id).status()
+        assert status.succeeded == 10
+        with pytest.raises(InvalidArgument, match=report.group_id):
+            await Bulk(lambda group_id: None, doubled).run(range(10))

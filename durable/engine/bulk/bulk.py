@@ -9,6 +9,13 @@ has terminated, stops the worker, flushes the sink and returns the
 finds the same group: items that succeeded are skipped, failed and
 cancelled ones run again with their memos, active ones (left by a run that
 stopped or crashed) are waited for.
+
+On a partitioned store a batch lives in the partition of its group id:
+build the `Bulk` with a function instead of a queue, ``group id -> the
+Queue of its partition while this process owns it, else None`` (an
+`Engine`'s ``owned_queue``); `Bulk.run` then runs the batch on that
+partition, and raises `InvalidArgument` naming the group when this process
+does not own it.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import struct
-from collections.abc import AsyncIterable, AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterable, AsyncIterator, Callable, Iterable, Sequence
 from typing import Any
 
 from durable._logging import get_logger
@@ -26,9 +33,11 @@ from durable.engine.bulk.pipeline import BulkStepRunner, PipelineLike
 from durable.engine.bulk.progress import BulkProgress, BulkReport, BulkTally
 from durable.engine.bulk.sinks import NullSink, Sink
 from durable.engine.groups import GroupMember, RunGroup
-from durable.engine.runs import TerminalStatus
+from durable.engine.memo_codec import normalize_prefix
+from durable.engine.runs import TerminalStatus, default_memo_prefix
 from durable.engine.runtime import WorkerHandle, WorkflowRuntime
 from durable.errors import BulkFailureThreshold, InvalidArgument, StoreError
+from durable.store.clock import SystemClock
 from durable.store.queue import Queue
 
 __all__ = ["Bulk", "batch_group_id"]
@@ -71,17 +80,24 @@ class Bulk:
     """
 
     def __init__(
-        self, queue: Queue, pipeline: PipelineLike, options: BulkOptions | None = None
+        self,
+        queue: Queue | Callable[[str], Queue | None],
+        pipeline: PipelineLike,
+        options: BulkOptions | None = None,
     ) -> None:
         if options is not None and not isinstance(options, BulkOptions):
             raise InvalidArgument(f"options must be BulkOptions, got {options!r:.80}")
         self.options = options if options is not None else BulkOptions()
-        #: The runtime the items run on (its queue is `BulkOptions.queue_name`).
-        self.runtime = WorkflowRuntime(
-            queue, BulkStepRunner(pipeline), options=self.options.runtime_options()
+        self._runner = BulkStepRunner(pipeline)
+        self._route = None if isinstance(queue, Queue) else queue
+        #: The runtime the items run on (its queue is `BulkOptions.queue_name`):
+        #: given a function (partitioned), the last batch's partition's (None before).
+        self.runtime: WorkflowRuntime | None = (
+            self._runtime_on(queue) if isinstance(queue, Queue) else None
         )
         self._sink: Sink = NullSink()
-        self._tally = BulkTally(self.runtime.clock)
+        clock = self.runtime.clock if self.runtime is not None else self.options.clock
+        self._tally = BulkTally(clock if clock is not None else SystemClock())
         self._running = False
 
     def __repr__(self) -> str:
@@ -98,10 +114,30 @@ class Bulk:
         """Where the current (or last) run is; all zeros before the first."""
         return self._tally.progress()
 
+    def _runtime_on(self, queue: Queue) -> WorkflowRuntime:
+        return WorkflowRuntime(queue, self._runner, options=self.options.runtime_options())
+
+    def _runtime_for(self, group_id: str) -> WorkflowRuntime:
+        """The runtime of batch ``group_id``: on the given queue, or on the
+        queue of its partition (`InvalidArgument` if this process does not
+        own it)."""
+        if self._route is None:
+            assert self.runtime is not None
+            return self.runtime
+        queue = self._route(group_id)
+        if queue is None:
+            raise InvalidArgument(
+                f"bulk batch {group_id!r}: this process does not own the partition the "
+                "batch lives in; run it in the worker that owns it (or on one store)"
+            )
+        if self.runtime is None or self.runtime.queue is not queue:
+            self.runtime = self._runtime_on(queue)
+        return self.runtime
+
     def group(self, group_id: str) -> RunGroup:
         """The run group of a batch (`BulkReport.group_id`): to inspect it, or
         to `RunGroup.forget` it once its outputs are consumed."""
-        return self.runtime.group(group_id)
+        return self._runtime_for(group_id).group(group_id)
 
     async def run(
         self,
@@ -136,18 +172,22 @@ class Bulk:
     async def _run(
         self, inputs: Iterable[Any] | AsyncIterable[Any], shutdown: asyncio.Event | None
     ) -> BulkReport:
-        tally = self._tally = BulkTally(self.runtime.clock)
         members = [
             GroupMember(key, encode_item(key, item)) async for key, item in self._keyed(inputs)
         ]
-        group_id = self.options.group_id or batch_group_id(
-            self.options.queue_name, self.runtime.memos.prefix, members
+        memo_prefix = normalize_prefix(
+            self.options.memo_prefix or default_memo_prefix(self.options.queue_name)
         )
-        group = self.runtime.group(group_id)
+        group_id = self.options.group_id or batch_group_id(
+            self.options.queue_name, memo_prefix, members
+        )
+        runtime = self._runtime_for(group_id)
+        tally = self._tally = BulkTally(runtime.clock)
+        group = runtime.group(group_id)
         keys = [(m.key, group.run_id(m.key)) for m in members]
         tally.begin(group_id, keys, {run_id for key, run_id in keys if _succeeded(group, key)})
         if members:
-            worker = self.runtime.spawn()
+            worker = runtime.spawn()
             try:
                 await group.submit(members, self.options.run_options())
                 await self._consume(group, tally, shutdown)
