@@ -179,6 +179,16 @@ class Engine(EngineBase):
     crashes, and a stalled run waits longer before each attempt (1 s,
     doubling, at most 5 minutes; `durable.decorators.progress`).
 
+    ``partitions`` (1 to `durable.cluster.manifest.MAX_PARTITIONS`) opens
+    or creates a partitioned store: P stores below the URL, the count
+    recorded at creation in ``cluster.json`` (another count is refused with
+    `PartitionMismatch`; without ``partitions=`` the stored count is used).
+    Each run lives in the partition its id hashes to; worker engines on one
+    store share the partitions as a pool (`durable.decorators.partitioned`),
+    and a lone one owns them all at once. Route per-run store access with
+    `for_run`. ``concurrency`` stays per process and per queue, whatever
+    number of partitions the process owns (their workers share one limit).
+
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
     """
