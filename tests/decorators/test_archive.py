@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from decorator_helpers import (
     LIMIT,
+    PARTITIONS,
     Factory,
     archived,
     make_engine,
@@ -120,7 +121,10 @@ async def test_a_small_run_keeps_its_records_until_its_retention(
         assert await small.get("stage") == "two"
         assert await sweep_memos(engine) == 0  # not yet
         clock.advance(61)
-        assert await sweep_memos(engine) == 2
+        swept = await sweep_memos(engine)
+        # Partitioned, each partition's maintenance loop (woken by the advance)
+        # may sweep its run before this call does: both are gone all the same.
+        assert swept == 2 if PARTITIONS is None else swept <= 2
         for handle in (small, large):
             assert _kv_rows(engine, handle.run_id) == []
             assert await archive.read_archive(engine, handle.run_id) == archive.Archive()

@@ -159,9 +159,10 @@ async def test_a_job_whose_stored_arguments_no_longer_fit_fails_at_once(
     make_objects: Factory, clock: MockClock
 ) -> None:
     async with make_engine(make_objects, clock) as engine:
-        runner = runner_for(engine, send.job_type)
+        job_id = engine.new_run_id()  # routes it (the engine's id, as a submit mints it)
+        runner = runner_for(engine.for_run(job_id), send.job_type)
         call = encode_invocation(engine.codec, send.name, [], {"address": "a@b.c"}, kind="job")
-        submitted = await runner.submit(send.job_type(call))
+        submitted = await runner.submit(send.job_type(call), job_id=job_id)
         with pytest.raises(ArgumentMismatch) as e:
             await result(send.handle(submitted.id))
     assert e.value.run_id == submitted.id

@@ -124,9 +124,10 @@ async def test_the_first_engine_records_the_codec_and_fingerprints_durably(
 ) -> None:
     async with engine(make_objects, clock, signing_key=OLD) as e:
         assert recorded(e) == CodecRecord("auto", (key_fingerprint(OLD),))
-        raw = e.queue.kv.get(CODEC_RECORD_KEY)
-        assert raw is not None
-        assert OLD not in raw
+        for part in e.every_partition():
+            raw = part.queue.kv.get(CODEC_RECORD_KEY)
+            assert raw is not None
+            assert OLD not in raw
     async with engine(make_objects, clock, signing_key=OLD) as e:  # read back from the store
         assert recorded(e) == CodecRecord("auto", (key_fingerprint(OLD),))
     async with engine(make_objects, clock, codec="msgpack", replace_codec_record=True) as e:
