@@ -45,7 +45,7 @@ Figures, per backend (prefixed ``local_`` / ``latency_``):
   how long the old owner took to exit (drain, checkpoint, release); then a
   client's run through the new owner.
 
-``--quick`` (the smoke test): small sizes, ttl 1 s and heartbeat 0.2 s, a
+``--quick`` (the smoke test): small sizes, ttl 4 s and heartbeat 0.5 s, a
 short idle window. The full run uses the `Engine` defaults (ttl 15 s,
 heartbeat 3 s), so its idle and takeover figures are the ones users get.
 
@@ -586,7 +586,9 @@ SIZES: dict[Any, dict[str, Any]] = {
         "latency_block": 10,
         "idle_settle": 1.0,
         "idle_window": 1.0,
-        "timing": (1.0, 0.2),
+        # Slack for a loaded CI machine: an owner whose event loop stalls for
+        # 0.8 ttl self-fences (1 s was too tight under the parallel suite).
+        "timing": (4.0, 0.5),
     },
     (True, "latency"): {
         "runs": 16,

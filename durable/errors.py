@@ -22,7 +22,8 @@ DurableError
 │   ├── StoreNotFound                the bucket or container does not exist (also LookupError)
 │   ├── InvalidStoreUrl              not a store URL, or an unknown scheme (also ValueError)
 │   ├── Fenced                       another writer opened the store
-│   │   └── SelfFenced               the writer stopped itself (it may no longer own the store)
+│   │   ├── SelfFenced               the writer stopped itself (it may no longer own the store)
+│   │   └── StaleEpoch               an open at an epoch older than the log's newest refused
 │   ├── StoreClosed                  the store was closed or has failed
 │   ├── BlobMissing                  a value's blob object is gone
 │   └── ReadOnlyStore                a write through a read-only view
@@ -138,6 +139,7 @@ __all__ = [
     "RunStalled",
     "SelfFenced",
     "SignalWaiterExists",
+    "StaleEpoch",
     "StepMaybeExecutedError",
     "StoreClosed",
     "StoreError",
@@ -393,6 +395,31 @@ class SelfFenced(Fenced):
         self.url = url
         self.seq = seq
         self.reason = reason
+
+
+class StaleEpoch(Fenced):
+    """A writer refused to open a store at an epoch older than the store's own.
+
+    A partition's owner opens its store at the epoch the assignment table
+    gave it (`LogWriter.open` with ``epoch=``); every open marker carries
+    it, and the log keeps the newest. An open at a lower ``epoch`` than the
+    log's ``newest`` acts on a table that a newer version superseded: a
+    newer owner holds the partition. The open writes nothing (the newer
+    owner is not fenced); re-read the assignment table. Like `Fenced`, this
+    writer must not write; ``seq`` is the log's last sequence number seen.
+    """
+
+    def __init__(self, url: str, epoch: int, newest: int, seq: int = 0) -> None:
+        StoreError.__init__(
+            self,
+            f"store {url!r} was opened at epoch {newest} by a newer owner, so it is not "
+            f"opened at epoch {epoch}: a newer owner holds the partition; nothing was "
+            "written: re-read the assignment table",
+        )
+        self.url = url
+        self.seq = seq
+        self.epoch = epoch
+        self.newest = newest
 
 
 class StoreClosed(StoreError):

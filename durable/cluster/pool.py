@@ -17,9 +17,12 @@ below one root; the pool's members share them through the assignment table
   writes the version `durable.cluster.assignment.plan` computes, and
   deletes the objects of departed members the table no longer names;
 - then it applies the newest table: a partition the table gives it with no
-  pending ``next`` is opened (``on_acquire(p)``, whose log writer's open
-  marker fences any older writer of ``p``: safety rests on that, never on
-  the table); one whose ``next`` is set is drained in the background
+  pending ``next`` is opened (``on_acquire(p)``, at the slot's epoch,
+  `PoolMember.epoch`: its log writer's open marker fences any older writer
+  of ``p``, and the log refuses an open at an epoch below its newest, so a
+  member acting on a superseded table never fences a newer owner: safety
+  rests on the log, never on the table); one whose ``next`` is set is
+  drained in the background
   (``on_release(p)``) and handed over once drained; one the table gives to
   someone else (or at another epoch) is dropped (its writer stopped, then
   ``on_lose(p, reason)``).
@@ -82,6 +85,7 @@ from durable.errors import (
     MissingGuarantee,
     ObjectStoreError,
     SelfFenced,
+    StaleEpoch,
     StoreClosed,
     StoreError,
 )
@@ -104,11 +108,15 @@ class PoolMember:
     ``partitions`` partitions of the store at ``objects`` (its root).
 
     Callbacks (the engine's): ``on_acquire(p)`` opens partition ``p``'s
-    store (its log writer: the open marker fences any older writer), hands
+    store at epoch ``member.epoch(p)`` (its log writer, with
+    `OpenOptions.epoch`: the open marker fences any older writer), hands
     ``lambda: member.validity(p)`` to the writer (`LogWriter.set_validity`),
     starts what runs on it and returns the writer; if it raises, ``p`` stays
     unopened and the next tick tries again (at `start`, the error
-    propagates and the member leaves). ``on_lose(p, reason)`` stops what runs
+    propagates and the member leaves). `StaleEpoch` is no failure: the
+    log holds a newer epoch, so a newer table version gives ``p`` to
+    another; ``p`` stays unopened (logged at info), the next tick re-reads
+    the table. ``on_lose(p, reason)`` stops what runs
     on ``p`` and closes it (its writer has stopped: no checkpoint).
     ``on_release(p)`` drains ``p`` (finishes or suspends what is in flight,
     checkpoints, closes the writer) before the member hands it over.
@@ -175,6 +183,12 @@ class PoolMember:
     def table(self) -> Table:
         """The newest assignment table this member has read."""
         return self._chain.table
+
+    def epoch(self, p: int) -> int | None:
+        """The epoch at which this member opens or holds partition ``p`` (the
+        table slot's), for ``on_acquire(p)`` to open ``p``'s log at
+        (`OpenOptions.epoch`); None if it neither opens nor holds ``p``."""
+        return self._epochs.get(p)
 
     def validity(self, p: int) -> str | None:
         """None while this member may commit to partition ``p``; else why not.
@@ -412,6 +426,13 @@ class PoolMember:
         self._epochs[p] = epoch
         try:
             writer = await self._on_acquire(p)
+        except StaleEpoch as e:  # a newer table gives p to another: read it next tick
+            self._held.pop(p, None)
+            self._epochs.pop(p, None)
+            self._log.info(
+                "a newer owner holds a partition", partition=p, epoch=epoch, newest=e.newest
+            )
+            return
         except BaseException as e:
             self._held.pop(p, None)
             self._epochs.pop(p, None)

@@ -17,13 +17,19 @@ B); then open the partitions the table gives it and close those it no
 longer owns. Every step, every running member with a valid heartbeat
 commits once to each partition it has open.
 
-Each partition's log is modelled (`PartitionLog`): opening writes a marker
-``(epoch, member)``; a commit lands only while the member's marker is the
+Each partition's log is modelled (`PartitionLog`) as `LogWriter.open` with
+``epoch=`` behaves: opening writes a marker ``(epoch, member)``, unless the
+newest marker carries a higher epoch: then the open is refused, nothing is
+written (`StaleEpoch`) and the member re-reads the table at its next tick
+(a member that read a table before a newer version landed and opens after
+the newer owner did). A commit lands only while the member's marker is the
 last one (the log's fencing: a newer owner's marker fences the older one).
 Checked at every step (`Sim.violations`):
 
 - markers go up: a marker's epoch is above the previous marker's, or equal
-  for the same member reopening (no stale owner ever opens after a newer);
+  for the same member reopening (no stale owner ever opens after a newer:
+  by construction, through the refusal; a different member at an equal
+  epoch would be the table's fault);
 - two members that both believe they own a partition (its writer open and
   their heartbeat valid on the simulation's clock, paused members included)
   opened it at increasing epochs: the later one is the higher.
@@ -153,13 +159,17 @@ class PartitionLog:
                 return epoch, member
         return None
 
-    def open(self, member: str, epoch: int) -> str | None:
-        """Write ``member``'s open marker; a violation if it goes back."""
+    def open(self, member: str, epoch: int) -> tuple[bool, str | None]:
+        """Write ``member``'s open marker at ``epoch``, as `LogWriter.open`
+        does: (False, None), nothing written, when the newest marker carries
+        a higher epoch; else (True, a violation if the markers went back)."""
         last = self.last_marker()
+        if last is not None and epoch < last[0]:
+            return False, None  # StaleEpoch: a newer owner holds the partition
         self.entries.append((epoch, member, True))
         if last is not None and (epoch < last[0] or (epoch == last[0] and member != last[1])):
-            return f"{member} opened at epoch {epoch} after {last[1]} at epoch {last[0]}"
-        return None
+            return True, f"{member} opened at epoch {epoch} after {last[1]} at epoch {last[0]}"
+        return True, None
 
     def commit(self, member: str, epoch: int) -> bool:
         """A commit: it lands only while ``member``'s marker is the last."""
@@ -265,9 +275,13 @@ class Member:
             return
         for p, slot in enumerate(table.slots):
             if slot.owner == self.id and slot.next is None and p not in self.open:
-                self.open[p] = (slot.epoch, next(self.sim.opens))
-                if (bad := self.sim.logs[p].open(self.id, slot.epoch)) is not None:
+                opened, bad = self.sim.logs[p].open(self.id, slot.epoch)
+                if bad is not None:
                     self.sim.violate(f"p{p}: {bad}")
+                if opened:
+                    self.open[p] = (slot.epoch, next(self.sim.opens))
+                else:
+                    self.sim.refused += 1  # the next tick re-reads the table
 
     def commit(self) -> None:
         """One commit to each open partition (a fenced one is dropped)."""
@@ -320,6 +334,8 @@ class Sim:
         self.lost_races = 0
         self.commits = 0
         self.fenced = 0
+        #: Opens the log refused (a stale epoch).
+        self.refused = 0
 
     @property
     def now(self) -> float:

@@ -456,16 +456,25 @@ async def log_writers(objects: ObjectStore) -> list[tuple[int, bytes, bool]]:
 
 
 async def check_epochs(objects: ObjectStore) -> int:
-    """No log object of a writer after a newer writer's open marker, in the
-    store at ``objects``; the number of commits (non-marker objects)."""
+    """No log object of a writer after a newer writer's open marker, and no
+    open marker at an epoch below an earlier one's (epochs never go backwards),
+    in the store at ``objects``; the number of commits (non-marker objects)."""
     current: bytes | None = None
     retired: set[bytes] = set()
     commits = 0
-    for seq, writer, marker in await log_writers(objects):
-        if marker:
+    newest: int | None = None
+    for name in await objects.list(LOG_PREFIX):
+        obj = decode_log(name, await objects.get(name))
+        seq, writer = obj.seq, obj.writer
+        if obj.marker:
             if current is not None and current != writer:
                 retired.add(current)
             current = writer
+            if obj.epoch is not None:
+                assert newest is None or obj.epoch >= newest, (
+                    f"log object {seq}: an open marker at epoch {obj.epoch} after one at {newest}"
+                )
+                newest = obj.epoch
         else:
             commits += 1
         assert writer not in retired, f"log object {seq} by a fenced writer"

@@ -5,9 +5,10 @@ simulation's time while it runs, frozen while it is paused, so it jumps
 when the member wakes), and its own gated handle on one shared `memory://`
 store (`owner_sim.SimStore`: its I/O waits while the member is paused, and
 forever once it crashed). Its ``on_acquire(p)`` opens a real `LogWriter` on
-`PrefixedObjectStore(handle, partition_prefix(p))`, with the member's
-`PoolMember.validity` as the writer's validity check, so the log's
-open-marker fencing and the self-fence work underneath.
+`PrefixedObjectStore(handle, partition_prefix(p))` at the member's
+`PoolMember.epoch` of ``p``, with its `PoolMember.validity` as the writer's
+validity check, so the log's open-marker fencing, its refusal of a stale
+epoch (`StaleEpoch`) and the self-fence work underneath.
 
 `PoolSim.step` moves time, lets every running member settle (both loops
 parked on its clock, nothing in progress), lets every member commit once
@@ -15,7 +16,8 @@ to each partition it holds, and checks at every step that no two members
 believe they hold one partition with valid heartbeats (on the simulation's
 clock: a paused member still counts until its heartbeat goes stale).
 `PoolSim.check_logs` reads every partition's log at the end: no log
-object of a writer after a newer writer's open marker.
+object of a writer after a newer writer's open marker, and the open
+markers' epochs never go backwards.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ from owner_sim import START_MS, SimStore, Stepped, check_epochs
 from durable.cluster.heartbeat import SELF_FENCE_FRACTION
 from durable.cluster.manifest import partition_prefix
 from durable.cluster.pool import PoolMember
-from durable.errors import StoreError
+from durable.errors import StaleEpoch, StoreError
 from durable.store.clock import MockClock
 from durable.store.log import LogWriter, WriteBatch
 from durable.store.log.writer import LogOptions
@@ -66,6 +68,11 @@ class Partitions:
     drain_blocked: asyncio.Event = field(default_factory=asyncio.Event)
     #: Partitions whose next ``on_acquire`` raises.
     fail_acquire: set[int] = field(default_factory=set)
+    #: Partitions whose next ``on_acquire`` pauses the member (SIGSTOP) as
+    #: it begins opening the log (the open goes on once it is resumed).
+    pause_acquire: set[int] = field(default_factory=set)
+    #: (partition, epoch) of every open the log refused (`StaleEpoch`).
+    refused: list[tuple[int, int]] = field(default_factory=list)
 
     async def on_acquire(self, p: int) -> LogWriter:
         m = self.member
@@ -73,8 +80,17 @@ class Partitions:
             self.fail_acquire.discard(p)
             raise RuntimeError(f"opening p{p} failed (scripted)")
         m.sim.acquiring(m, p)
+        if p in self.pause_acquire:
+            self.pause_acquire.discard(p)
+            m.sim.pause(m)
         store = PrefixedObjectStore(m.store, partition_prefix(p))
-        writer = await LogWriter.open(store, LogOptions(checkpoint_on_close=False))
+        epoch = m.pool.epoch(p)
+        try:
+            writer = await LogWriter.open(store, LogOptions(checkpoint_on_close=False), epoch=epoch)
+        except StaleEpoch:
+            assert epoch is not None
+            self.refused.append((p, epoch))
+            raise
         writer.set_validity(lambda: m.pool.validity(p))
         self.writers[p] = writer
         self.acquired.append(p)
@@ -125,6 +141,9 @@ class SimMember:
     paused: bool = False
     crashed: bool = False
     left: bool = False
+    #: Set while paused (so that `PoolSim.settle` stops waiting for a member
+    #: that paused itself mid-tick: `Partitions.pause_acquire`).
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def running(self) -> bool:
@@ -212,12 +231,26 @@ class PoolSim(Stepped):
         for _ in range(3):
             for m in self.running():
                 async with asyncio.timeout(5):
-                    await m.clock.wait_for_sleepers(2)
+                    if not await self._parked(m):
+                        continue  # it paused itself mid-tick
                     if m.parts.blocked:  # a drain the test holds: let the rest run
                         for _ in range(50):
                             await asyncio.sleep(0)
                     else:
                         await m.pool.wait_idle()
+
+    @staticmethod
+    async def _parked(m: SimMember) -> bool:
+        """Wait until both of ``m``'s loops sleep on its clock (True), or it
+        pauses (False)."""
+        sleeping = asyncio.ensure_future(m.clock.wait_for_sleepers(2))
+        stopped = asyncio.ensure_future(m.stopped.wait())
+        try:
+            await asyncio.wait({sleeping, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            stopped.cancel()
+        return not m.paused
 
     async def step(self, seconds: float) -> None:
         """Move time by ``seconds``; settle; let every member commit; check."""
@@ -249,12 +282,14 @@ class PoolSim(Stepped):
     def pause(self, m: SimMember) -> None:
         """SIGSTOP ``m``: its clock stops, its I/O waits."""
         m.paused = True
+        m.stopped.set()
         m.store.gate.clear()
 
     def resume(self, m: SimMember) -> None:
         """SIGCONT ``m``: its clock jumps to now, then its I/O goes on."""
         m.clock.set(self.now_ms)
         m.paused = False
+        m.stopped.clear()
         m.store.gate.set()
 
     def newest_table_holders(self) -> dict[int, str | None]:

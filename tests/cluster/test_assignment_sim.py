@@ -212,3 +212,35 @@ async def test_a_departed_member_whose_object_was_deleted_stops_counting() -> No
     for p, (epoch, _) in lost.items():
         assert sim.logs[p].last_marker() == (epoch + 1, b.id)
     assert sim.violations == []
+
+
+async def test_a_member_acting_on_a_superseded_table_is_refused_by_the_log() -> None:
+    """Hypothesis's example (test_assignment_stateful), scripted. With asymmetric
+    views, m001 (the coordinator) judges m003 dead while m003 runs: in one tick
+    m003 reads the version giving it p0 and p1 at epoch 2, then m001 writes the
+    next, giving them to itself at epoch 3, and opens them; m003 acts on what it
+    read. Its opens at epoch 2 come after m001's at 3: the log refuses them
+    (`StaleEpoch`), so m001 is not fenced and no marker goes back."""
+    sim = Sim(6, ttl=TTL, heartbeat=HB)
+    a, b = await sim.join(), await sim.join()
+    await sim.advance(15)
+    await sim.blind(b, a)
+    c = await sim.join()
+    await sim.join()
+    await sim.blind(a, c)
+    await sim.join()
+    await sim.advance(18)
+    assert sim.violations == []
+    assert sim.refused == 2
+    for p in (0, 1):
+        assert sim.logs[p].last_marker() == (3, a.id)
+        assert a.open[p][0] == 3  # never fenced by the stale opener
+        assert p not in c.open
+    for log in sim.logs:  # epochs never go backwards in any log
+        epochs = [epoch for epoch, _, marker in log.entries if marker]
+        assert epochs == sorted(epochs)
+    for m in sim.members:
+        sim.unblind(m)
+    took = await sim.until(sim.settled, limit=BOUND)
+    assert took <= BOUND
+    assert sim.violations == []

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 import pytest
 from pool_sim import PoolSim
 
+from durable._logging import capture_logs
 from durable.cluster.assignment import AssignmentChain
 from durable.cluster.manifest import partition_prefix
 from durable.cluster.members import decode_member, member_name
@@ -364,3 +365,37 @@ async def test_a_failing_open_at_start_leaves_and_raises(sim: PoolSim) -> None:
     a.left = True
     b = await sim.join()  # a said it left: no ttl to wait
     assert b.pool.owned == frozenset(range(P))
+
+
+async def test_an_open_at_a_superseded_epoch_is_refused_and_fences_no_one(sim: PoolSim) -> None:
+    """b is given partitions at epoch 2 and pauses while opening their logs
+    (its read of the table and its open are not one step). a judges it dead,
+    takes them back at epoch 3 and opens them. When b wakes, its opens at
+    epoch 2 finish: the logs refuse them (`StaleEpoch`), so a's writers are
+    not fenced; b drops them quietly (logged at info) and gets a share later."""
+    a = await sim.join()
+    await sim.advance(1)
+    b = sim.member()
+    b.parts.pause_acquire = set(range(P))
+    await b.pool.start()
+    await sim.until(lambda: b.paused, limit=BOUND)
+    given = {p for p, s in enumerate(a.pool.table.slots) if s.owner == b.id}
+    assert len(given) == P // 2
+    assert all(a.pool.table.slots[p].epoch == 2 for p in given)
+    b.parts.pause_acquire.clear()
+    await sim.until(lambda: a.pool.owned == frozenset(range(P)), limit=BOUND)
+    assert all(a.pool.table.slots[p].epoch == 3 for p in given)
+    with capture_logs() as logs:
+        sim.resume(b)
+        await sim.step(0.5)
+    assert sorted(b.parts.refused) == sorted((p, 2) for p in given)
+    assert b.pool.owned == frozenset()
+    assert a.parts.lost == []  # no stale marker fenced the newer owner
+    refusals = [e for e in logs if e["event"] == "a newer owner holds a partition"]
+    assert sorted(e["partition"] for e in refusals) == sorted(given)
+    assert {e["log_level"] for e in refusals} == {"info"}
+    assert not [e for e in logs if e["log_level"] == "error"]
+    took = await sim.until(sim.settled, limit=BOUND)  # b is alive: it gets a share
+    assert took <= BOUND
+    assert len(b.pool.owned) == P // 2
+    assert await sim.check_logs() == len(sim.commits)

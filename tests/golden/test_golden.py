@@ -34,12 +34,14 @@ def test_v1_log_object_reads_back() -> None:
     marker = decode_log("log/00000000000000000043", golden("marker.bin"))
     assert marker.marker
     assert marker.ops == []
+    assert marker.epoch is None  # written before epochs: no epoch
 
 
 def test_v1_checkpoint_reads_back() -> None:
     ck = decode_checkpoint("ckpt/00000000000000000042", golden("checkpoint.bin"))
     assert (ck.keys, ck.values, ck.markers) == CKPT
     assert ck.seq == 42
+    assert ck.epoch is None
 
 
 def test_v1_blob_frame_reads_back() -> None:
@@ -55,6 +57,7 @@ def test_v1_job_record_and_history_read_back() -> None:
     ("name", "encoded"),
     [
         ("log.bin", lambda: encode_log(42, WRITER, LOG_OPS, marker=False)),
+        ("marker.bin", lambda: encode_log(43, WRITER, [], marker=True)),  # no epoch: unchanged
         ("checkpoint.bin", lambda: encode_checkpoint(42, WRITER, *CKPT)),
         ("record.bin", lambda: encode_record(RECORD)),
         ("history.bin", lambda: encode_history_entry(HISTORY)),

@@ -1,10 +1,16 @@
 """Stored formats of log objects and checkpoints, and their names.
 
 Log object ``log/<seq:020d>``: a framed msgpack map
-``{"w": writer id, "s": seq, "m": is-open-marker, "o": [key, value|None, ...]}``.
+``{"w": writer id, "s": seq, "m": is-open-marker, "o": [key, value|None, ...]}``;
+an open marker of a writer opened at an epoch (a partition's owner) also
+holds ``"e": epoch``.
 Checkpoint ``ckpt/<seq:020d>``: the whole state after log object ``seq``,
-``{"s": seq, "w": writer id, "k": [keys], "v": [values], "mk": [marker seqs]}``.
-New fields get defaults when read, so older objects stay readable.
+``{"s": seq, "w": writer id, "k": [keys], "v": [values], "mk": [marker seqs]}``,
+and ``"e"``: the newest epoch of the markers up to ``seq``, once one had one.
+New fields get defaults when read, so older objects stay readable (no
+``"e"``: no epoch), and are written only when set, so a store whose writers
+open without an epoch is written byte for byte as before; readers that
+predate a field ignore it.
 """
 
 from __future__ import annotations
@@ -29,6 +35,7 @@ __all__ = [
     "encode_checkpoint",
     "encode_log",
     "log_name",
+    "newer_epoch",
     "parse_seq",
 ]
 
@@ -55,6 +62,13 @@ def parse_seq(name: str, prefix: str) -> int | None:
     return int(tail)
 
 
+def newer_epoch(a: int | None, b: int | None) -> int | None:
+    """The higher of two epochs, where None (no epoch) is below every epoch."""
+    if a is None:
+        return b
+    return a if b is None or a >= b else b
+
+
 @dataclass(slots=True)
 class LogObject:
     """One decoded log object."""
@@ -63,6 +77,8 @@ class LogObject:
     writer: bytes
     ops: list[bytes | None]
     marker: bool = False
+    #: The epoch an open marker was written at (None: none, or not a marker).
+    epoch: int | None = None
 
 
 @dataclass(slots=True)
@@ -74,12 +90,22 @@ class Checkpoint:
     keys: list[bytes]
     values: list[bytes]
     markers: list[int] = field(default_factory=list)
+    #: The newest epoch of the open markers up to `seq` (None: none had one).
+    epoch: int | None = None
 
 
-def encode_log(seq: int, writer: bytes, ops: Sequence[bytes | None], marker: bool) -> bytes:
-    """Frame a log object."""
-    body = msgpack.packb({"w": writer, "s": seq, "m": marker, "o": ops}, use_bin_type=True)
-    return frame(Kind.LOG, body)
+def encode_log(
+    seq: int,
+    writer: bytes,
+    ops: Sequence[bytes | None],
+    marker: bool,
+    epoch: int | None = None,
+) -> bytes:
+    """Frame a log object (an open marker at ``epoch``, if given)."""
+    obj: dict[str, Any] = {"w": writer, "s": seq, "m": marker, "o": ops}
+    if epoch is not None:
+        obj["e"] = epoch
+    return frame(Kind.LOG, msgpack.packb(obj, use_bin_type=True))
 
 
 def _unpack(name: str, kind: Kind, data: bytes) -> dict[str, Any]:
@@ -102,6 +128,7 @@ def decode_log(name: str, data: bytes) -> LogObject:
             writer=_bytes(obj["w"]),
             ops=_ops(obj.get("o", [])),
             marker=bool(obj.get("m")),
+            epoch=_epoch(obj.get("e")),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptObject(name, f"missing or bad field ({e})") from e
@@ -114,6 +141,15 @@ def _int(value: object) -> int:
     if not isinstance(value, int) or isinstance(value, bool):
         raise TypeError(f"expected an int, found {value!r:.80}")
     return value
+
+
+def _epoch(value: object) -> int | None:
+    if value is None:
+        return None
+    epoch = _int(value)
+    if epoch < 0:
+        raise ValueError(f"epoch {epoch} is negative")
+    return epoch
 
 
 def _bytes(value: object) -> bytes:
@@ -139,13 +175,18 @@ def _ops(value: object) -> list[bytes | None]:
 
 
 def encode_checkpoint(
-    seq: int, writer: bytes, keys: list[bytes], values: list[bytes], markers: list[int]
+    seq: int,
+    writer: bytes,
+    keys: list[bytes],
+    values: list[bytes],
+    markers: list[int],
+    epoch: int | None = None,
 ) -> bytes:
-    """Frame a checkpoint."""
-    body = msgpack.packb(
-        {"s": seq, "w": writer, "k": keys, "v": values, "mk": markers}, use_bin_type=True
-    )
-    return frame(Kind.CHECKPOINT, body)
+    """Frame a checkpoint (with the newest marker ``epoch``, if any)."""
+    obj: dict[str, Any] = {"s": seq, "w": writer, "k": keys, "v": values, "mk": markers}
+    if epoch is not None:
+        obj["e"] = epoch
+    return frame(Kind.CHECKPOINT, msgpack.packb(obj, use_bin_type=True))
 
 
 def decode_checkpoint(name: str, data: bytes) -> Checkpoint:
@@ -161,6 +202,7 @@ def decode_checkpoint(name: str, data: bytes) -> Checkpoint:
             keys=_bytes_list(obj["k"]),
             values=_bytes_list(obj["v"]),
             markers=[_int(m) for m in markers],
+            epoch=_epoch(obj.get("e")),
         )
     except (KeyError, TypeError, ValueError) as e:
         raise CorruptObject(name, f"missing or bad field ({e})") from e

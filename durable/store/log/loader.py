@@ -22,6 +22,7 @@ from durable.store.log.format import (
     decode_checkpoint,
     decode_log,
     log_name,
+    newer_epoch,
     parse_seq,
 )
 from durable.store.log.retry import DEFAULT_RETRY_SECONDS, retry_transient
@@ -47,6 +48,9 @@ class Loaded:
     markers: list[int] = field(default_factory=list)
     #: True when the store held no objects at all.
     empty: bool = False
+    #: The newest epoch of the open markers (the checkpoint's, then the
+    #: log's after it); None when no writer opened at an epoch.
+    epoch: int | None = None
 
 
 async def list_seqs(
@@ -102,9 +106,9 @@ async def load(objects: ObjectStore, retry_seconds: float = DEFAULT_RETRY_SECOND
                 name = ckpt_name(ck_seq)
                 ck = decode_checkpoint(name, await get_object(objects, name, retry_seconds))
                 state = State(list(zip(ck.keys, ck.values, strict=True)))
-                markers = list(ck.markers)
+                markers, epoch = list(ck.markers), ck.epoch
             else:
-                state, markers = State(), []
+                state, markers, epoch = State(), [], None
             logs = await list_seqs(objects, LOG_PREFIX, retry_seconds)
             run, gap = consecutive_after(logs, ck_seq)
             if gap is not None:
@@ -114,10 +118,11 @@ async def load(objects: ObjectStore, retry_seconds: float = DEFAULT_RETRY_SECOND
                 state.apply(log.ops)
                 if log.marker:
                     markers.append(log.seq)
+                    epoch = newer_epoch(epoch, log.epoch)
                 seq = log.seq
         except ObjectNotFound:
             continue  # deleted under us by a newer checkpoint
-        return Loaded(state, seq, ck_seq, markers, empty=not ckpts and not logs)
+        return Loaded(state, seq, ck_seq, markers, empty=not ckpts and not logs, epoch=epoch)
     raise CorruptObject(
         log_name(gap) if gap is not None else CKPT_PREFIX,
         "missing from the middle of the log (or the log kept changing while loading)",

@@ -14,6 +14,15 @@ wakes up much later still finds its next name taken. An idle writer learns
 it was fenced with `LogWriter.check_fenced`: one read of the name after its
 last log object, which a newer writer's marker (or log) then holds.
 
+Epochs: a partition's owner opens at the epoch the assignment table gave it
+(``LogWriter.open(..., epoch=)``); its open marker carries the epoch, and
+the log keeps the newest (`LogWriter.epoch`, carried by checkpoints). An
+open at a lower epoch than the log's newest, found after loading or after
+catching up with a writer that won the marker's sequence number, raises
+`StaleEpoch` and writes nothing: a member acting on a superseded table
+cannot fence the newer owner, so epochs never go backwards in a log. An
+open without an epoch checks nothing and writes the marker as before.
+
 Should a group fail to reach the store (after retries for transient errors,
 or on fencing), the writer stops: memory now holds changes that may never be
 durable, so every pending and later commit fails, and the store must be
@@ -39,6 +48,7 @@ from durable.errors import (
     ObjectNotFound,
     ObjectStoreError,
     SelfFenced,
+    StaleEpoch,
     StoreClosed,
     StoreError,
     UnsupportedFormat,
@@ -53,6 +63,7 @@ from durable.store.log.format import (
     encode_checkpoint,
     encode_log,
     log_name,
+    newer_epoch,
 )
 from durable.store.log.loader import get_object, list_seqs, load
 from durable.store.log.retry import DEFAULT_RETRY_SECONDS, create_retrying, retry_transient
@@ -211,6 +222,7 @@ class LogWriter:
         seq: int,
         markers: list[int],
         options: LogOptions,
+        epoch: int | None = None,
     ) -> None:
         self.objects = objects
         self.state = loaded_state
@@ -219,6 +231,7 @@ class LogWriter:
         self.writer_id = os.urandom(16)
         self._seq = seq  # last durable log sequence number
         self._markers = markers
+        self._epoch = epoch  # the newest epoch of the markers up to `_seq`
         self._open = _Group()
         self._inflight: _Group | None = None
         self._wakeup = asyncio.Event()
@@ -238,30 +251,58 @@ class LogWriter:
     # ------------------------------------------------------------- open/close
 
     @classmethod
-    async def open(cls, objects: ObjectStore, options: LogOptions | None = None) -> LogWriter:
-        """Load the store at ``objects`` and become its writer, fencing any other."""
+    async def open(
+        cls, objects: ObjectStore, options: LogOptions | None = None, *, epoch: int | None = None
+    ) -> LogWriter:
+        """Load the store at ``objects`` and become its writer, fencing any other.
+
+        With ``epoch`` (an int >= 0: a partition owner's, from the
+        assignment table) the open marker carries it, and the open is
+        refused with `StaleEpoch`, writing nothing, if the log's newest
+        epoch is higher (see the module docstring). Without, nothing is
+        checked and the marker carries none.
+        """
+        if epoch is not None and (
+            isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
+        ):
+            raise ValueError(f"LogWriter epoch must be an int >= 0 or None, got {epoch!r}")
         if Guarantee.ATOMIC_CREATE not in objects.guarantees:
             raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
         options = options or LogOptions()
         await probe_atomic_create(objects, options.write_retry_seconds)
         loaded = await load(objects, options.write_retry_seconds)
-        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options)
+        self = cls(objects, loaded.state, loaded.seq, loaded.markers, options, loaded.epoch)
         self._since_objects = loaded.seq - loaded.ckpt_seq
         while True:  # claim the next sequence number with an open marker
+            self._check_epoch(epoch)
             seq = self._seq + 1
-            data = encode_log(seq, self.writer_id, [], marker=True)
+            data = encode_log(seq, self.writer_id, [], marker=True, epoch=epoch)
             other = await self._create(seq, data)
             if other is None:
                 self._markers.append(seq)
                 self._seq = seq
+                self._epoch = newer_epoch(self._epoch, epoch)
                 break
             self.state.apply(other.ops)  # another writer got there first: catch up
             if other.marker:
                 self._markers.append(other.seq)
+                self._epoch = newer_epoch(self._epoch, other.epoch)
             self._seq = other.seq
         self._flusher = asyncio.create_task(self._flush_loop(), name=f"durable-flush {objects.url}")
         log.debug("writer opened", url=objects.url, seq=self._seq, keys=len(self.state))
         return self
+
+    def _check_epoch(self, epoch: int | None) -> None:
+        """`StaleEpoch` if the log up to `_seq` holds a newer epoch than ``epoch``."""
+        if epoch is not None and self._epoch is not None and self._epoch > epoch:
+            log.info(
+                "refused to open at a stale epoch",
+                url=self.objects.url,
+                epoch=epoch,
+                newest=self._epoch,
+                seq=self._seq,
+            )
+            raise StaleEpoch(self.objects.url, epoch, self._epoch, self._seq)
 
     async def close(self) -> None:
         """Flush every commit, write a final checkpoint, stop. Idempotent."""
@@ -296,6 +337,12 @@ class LogWriter:
     def seq(self) -> int:
         """The last durable log sequence number."""
         return self._seq
+
+    @property
+    def epoch(self) -> int | None:
+        """The newest epoch an open marker of the log carried, this writer's
+        included (None: no writer opened at an epoch)."""
+        return self._epoch
 
     @property
     def failure(self) -> StoreError | None:
@@ -552,7 +599,7 @@ class LogWriter:
     ) -> None:
         try:
             data = await asyncio.to_thread(
-                encode_checkpoint, seq, self.writer_id, keys, values, markers
+                encode_checkpoint, seq, self.writer_id, keys, values, markers, self._epoch
             )
             await self.objects.put(ckpt_name(seq), data)
         except ObjectStoreError as e:

@@ -169,6 +169,12 @@ class OpenOptions:
     fence_check_interval: float | None = 5.0
     #: Tuning of the underlying log writer.
     log_options: LogOptions | None = None
+    #: The owner epoch to open the log at (a partition's, from the pool's
+    #: assignment table): the open marker carries it, and an open at a lower
+    #: epoch than the log's newest is refused with `StaleEpoch`, writing
+    #: nothing (`LogWriter.open`). None (every unpartitioned store) checks
+    #: nothing.
+    epoch: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.clock, Clock):
@@ -190,6 +196,8 @@ class OpenOptions:
             _seconds("liveness_heartbeat", self.liveness_heartbeat, positive=True)
         if self.fence_check_interval is not None:
             _seconds("fence_check_interval", self.fence_check_interval, positive=True)
+        if self.epoch is not None:
+            _int("epoch", self.epoch, 0, _U64_MAX)
 
     def config_for(self, queue: str) -> QueueConfig:
         """The config of ``queue``."""

@@ -75,12 +75,14 @@ class Queue:
         path (see `durable.store.objects.url`; the queue closes it), with
         ``storage_options`` for the backend. Requeues claims interrupted by
         the previous writer's exit, then starts the reaper and scheduler
-        (and heartbeat, if configured).
+        (and heartbeat, if configured). With `OpenOptions.epoch`, an open
+        at a lower epoch than the store's newest raises `StaleEpoch` and
+        writes nothing.
         """
         options = options if options is not None else OpenOptions()
         objects, owned = await resolve_store(store, storage_options)
         try:
-            writer = await LogWriter.open(objects, options.log_options)
+            writer = await LogWriter.open(objects, options.log_options, epoch=options.epoch)
             try:
                 core = Core(writer, BlobStore(objects), options)
                 queue = cls(core, epoch=writer.seq)
