@@ -36,6 +36,7 @@ from durable.store.clock import Clock
 from durable.store.objects.base import ObjectStore
 from durable.store.objects.prefixed import PrefixedObjectStore
 from durable.store.queue import JobRecord, JobStatus, OpenOptions, Queue, QueueConfig
+from durable.testing import SimulatedCrash
 
 #: The runtimes' queue.
 QUEUE = "workflow-steps"
@@ -220,7 +221,7 @@ class SignalCluster:
             await part.applier.stop()
             await part.queue.close()
         for queue in self.abandoned:
-            with contextlib.suppress(StoreError):
+            with contextlib.suppress(StoreError, SimulatedCrash):
                 await queue.close()
         self.abandoned.clear()
 
