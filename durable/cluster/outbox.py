@@ -173,6 +173,11 @@ class Outbox:
         if not fut.cancelled() and fut.exception() is None:
             self.poke()
 
+    @property
+    def pending(self) -> bool:
+        """True while records wait to be sent (an in-memory count)."""
+        return self._queue.kv.count(OUTBOX_PREFIX) > 0
+
     def poke(self) -> None:
         """Run a pass now."""
         self._poked.set()

@@ -20,6 +20,14 @@ partition's and whose services are that partition's own instances (one
 limits, routing again) is the engine's. The runtimes of a partition are
 built with its facade, so the runner, the terminal hook and the workflow
 contexts of a run reach its own partition without routing.
+
+Signal keys have a home partition (`signal_home`): a child run's key is
+homed with the child (so with its parent), any other by its hash. An owned
+partition's runtimes take a `PartitionSignalRoute` over the partition's
+`Outbox` (`durable.engine.signals`: a wait on a key homed elsewhere
+registers there by message, and the home forwards its signal); the outbox
+applies a message to a partition this engine owns at once, and writes it
+into another's inbox otherwise.
 """
 
 from __future__ import annotations
@@ -28,8 +36,13 @@ import asyncio
 from typing import TYPE_CHECKING, Any, cast
 
 from durable._logging import get_logger
+from durable.cluster.applier import InboxApplier
 from durable.cluster.manifest import Manifest, partition_of, partition_prefix
+from durable.cluster.outbox import Destination, Destinations, Outbox
 from durable.cluster.pool import PoolMember
+from durable.cluster.signal_route import PartitionSignalRoute
+from durable.decorators.children import child_key
+from durable.decorators.modes import OwnerMode
 from durable.decorators.services import EngineService, default_services
 from durable.decorators.session import Role, StoreSession
 from durable.errors import NoEngine, SelfFenced
@@ -42,12 +55,45 @@ if TYPE_CHECKING:
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
     from durable.engine.access import RunQueue
+    from durable.engine.delivery import StepRunner
+    from durable.engine.hooks import TerminalHook
+    from durable.engine.runtime import RuntimeOptions, WorkflowRuntime
     from durable.store.log import LogWriter
     from durable.store.objects.base import ObjectStore
+    from durable.store.queue import Queue
 
-__all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession"]
+__all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession", "signal_home"]
 
 log = get_logger("durable.decorators")
+
+#: What every child run's signal key starts with (`child_key`).
+_CHILD_KEY_PREFIX = child_key("")
+
+
+def signal_home(key: str, partitions: int) -> int:
+    """The home partition of signal key ``key``: a child run's key
+    (`durable.decorators.children.child_key`) lives with the child, minted
+    into its parent's partition, so the child's terminal signal and its
+    parent's wait stay local; any other key by its hash (`partition_of`)."""
+    if key.startswith(_CHILD_KEY_PREFIX) and len(key) > len(_CHILD_KEY_PREFIX):
+        return partition_of(key[len(_CHILD_KEY_PREFIX) :], partitions)
+    return partition_of(key, partitions)
+
+
+class _RoutedOwnerMode(OwnerMode):
+    """An owned partition's mode: its runtimes' signals take ``route``."""
+
+    def __init__(self, queue: Queue, route: PartitionSignalRoute) -> None:
+        super().__init__(queue)
+        self._route = route
+
+    def runtime(
+        self, runner: StepRunner, hook: TerminalHook | None, options: RuntimeOptions
+    ) -> WorkflowRuntime:
+        """A runtime that runs work, its signals routed by key."""
+        runtime = super().runtime(runner, hook, options)
+        runtime.signals.route = self._route
+        return runtime
 
 
 class PartitionEngine:
@@ -129,6 +175,53 @@ class PartitionStore(StoreSession):
             cast("Engine", facade), objects, None, role=role, ttl=1.0, heartbeat=0.2, takeover=False
         )
         self._objects, self._owned_objects = objects, False
+        self._partitions = 1
+        self._destinations: Destinations | None = None
+        self._outbox: Outbox | None = None
+
+    def route_signals(self, partitions: int, destinations: Destinations) -> None:
+        """Route signal keys across the ``partitions`` (see the module docstring)."""
+        self._partitions, self._destinations = partitions, destinations
+
+    @property
+    def applier(self) -> InboxApplier | None:
+        """The partition's inbox applier while this engine owns it."""
+        return self._applier
+
+    async def _enter(self, mode: Mode) -> None:
+        """As `StoreSession._enter`; an owner's mode routes signal keys and
+        runs the partition's outbox (records left by a dead owner first)."""
+        destinations = self._destinations
+        if isinstance(mode, OwnerMode) and destinations is not None:
+            facade = cast("PartitionEngine", self._engine)
+            partitions = self._partitions
+            outbox = Outbox(mode.queue, destinations, facade.clock)
+            route = PartitionSignalRoute(
+                facade.partition, partitions, outbox, lambda key: signal_home(key, partitions)
+            )
+            mode = _RoutedOwnerMode(mode.queue, route)
+            self._outbox = outbox
+        await super()._enter(mode)
+        if self._outbox is not None:
+            self._outbox.start()
+
+    async def _leave(self, *, drain: bool) -> None:
+        """As `StoreSession._leave`, the outbox stopped first (a last pass
+        when draining; what is left is the next owner's to send)."""
+        if self._outbox is not None:
+            outbox, self._outbox = self._outbox, None
+            if drain:
+                await outbox.stop()
+            else:
+                outbox.abort()
+        await super()._leave(drain=drain)
+
+    async def send_pending(self) -> None:
+        """Send what the partition's outbox holds now (nothing when it is
+        empty or the partition is not owned here)."""
+        outbox = self._outbox
+        if outbox is not None and outbox.pending:
+            await outbox.send_now()
 
     async def own(self, validity: Any) -> LogWriter:
         """Open the partition as its owner (the pool gave it to this member)."""
@@ -169,9 +262,12 @@ class PartitionedSession:
         self.role = role
         self._ttl, self._heartbeat = ttl, heartbeat
         self.facades = [PartitionEngine(engine, p) for p in range(self.partitions)]
+        self._prefixed = [
+            PrefixedObjectStore(objects, partition_prefix(p)) for p in range(self.partitions)
+        ]
         for p, facade in enumerate(self.facades):
-            prefixed = PrefixedObjectStore(objects, partition_prefix(p))
-            facade.store = PartitionStore(facade, prefixed, role)
+            facade.store = PartitionStore(facade, self._prefixed[p], role)
+            facade.store.route_signals(self.partitions, self.destination)
         self._pool: PoolMember | None = None
         self._ids = IdGenerator(engine.clock)
         self._closing = False
@@ -186,6 +282,23 @@ class PartitionedSession:
     def facade_of(self, run_id: str) -> PartitionEngine:
         """The facade of the partition that holds ``run_id`` (or a key, a group)."""
         return self.facades[partition_of(run_id, self.partitions)]
+
+    def facade_of_key(self, key: str) -> PartitionEngine:
+        """The facade of signal key ``key``'s home partition (`signal_home`)."""
+        return self.facades[signal_home(key, self.partitions)]
+
+    async def send_pending(self) -> None:
+        """Send the messages every partition owned here has staged so far
+        (before a signal: a wait or timeout this process committed reaches
+        the key's home first, as on one store)."""
+        for facade in self.facades:
+            if facade.store is not None:
+                await facade.store.send_pending()
+
+    def destination(self, p: int) -> Destination:
+        """How a partition's outbox reaches partition ``p``: its store, and
+        its applier while this engine owns it."""
+        return Destination(self._prefixed[p], self._store(p).applier)
 
     def new_id(self) -> str:
         """A new run id (a ULID of this process's generator)."""

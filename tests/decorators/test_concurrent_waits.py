@@ -135,7 +135,7 @@ async def parked_beside_a_step(engine: durable.Engine, run_id: str, position: in
     """Return once the wait at ``position`` is journaled, durably, and the
     delivery has had many turns of the loop to park it (and, were parking
     broken, to suspend and cancel the step running beside it)."""
-    kv = engine.queue.kv
+    kv = engine.for_run(run_id).queue.kv
     key = entry_key(run_id, position)
 
     async def journaled() -> None:
@@ -147,7 +147,7 @@ async def parked_beside_a_step(engine: durable.Engine, run_id: str, position: in
                 kv.unwatch(key, fut)
 
     await asyncio.wait_for(journaled(), LIMIT)
-    await engine.queue.writer.flush()
+    await engine.for_run(run_id).queue.writer.flush()
     for _ in range(SETTLE_ITERATIONS * 4):
         await asyncio.sleep(0)
 
@@ -302,7 +302,8 @@ async def test_two_gathered_signal_waits_take_both_signals(
         expected = {"s1": SignalOutcome.DELIVERED, "s2": SignalOutcome.BUFFERED}
         assert sent == [expected[key] for key in order]
         assert await result(handle) == ["S1", "S2"]
-        assert engine.queue.kv.scan(b"workflow/signal-", limit=10).entries == []
+        for k in ("s1", "s2"):
+            assert engine.for_key(k).queue.kv.scan(b"workflow/signal-", limit=10).entries == []
 
 
 async def test_a_signal_sent_while_a_gathered_step_runs_beats_the_timeout(
