@@ -34,6 +34,13 @@ deleted (the deletes of a pass go in one call at its end). Exactly once:
 
 None of these ever blocks the requests behind it.
 
+`apply_direct` applies a request handed over by a sender in this process
+(the outbox of another partition this process owns,
+`durable.cluster.outbox`) without its object: the same done record, under
+the name the object would have, so should the sender crash before it
+notes the request sent and write the object after all, the copy is only
+deleted. A request is applied by one caller at a time (a lock per name).
+
 Pacing (`InboxPacing`, the `durable.store.pacing.Pacing` a client's
 follower uses too): on a local directory or in memory a pass every 2 ms
 while requests keep coming and for a second after, backing off x2 to 50 ms
@@ -47,6 +54,7 @@ I/O, like the log's write retries.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING, TypeVar
 
@@ -58,6 +66,7 @@ from durable.cluster.requests import (
     INBOX_PREFIX,
     REQ_PREFIX,
     SUBMIT_PREFIX,
+    Request,
     decode_request,
 )
 from durable.errors import (
@@ -139,6 +148,9 @@ class InboxApplier:
         self._retention = retention
         self._retry = retry_seconds
         self._pass_lock = asyncio.Lock()
+        self._name_locks: weakref.WeakValueDictionary[str, asyncio.Lock] = (
+            weakref.WeakValueDictionary()
+        )
         self._stopping = False
         self._task: asyncio.Task[None] | None = None
 
@@ -184,6 +196,20 @@ class InboxApplier:
     def wake(self) -> None:
         """Start the next pass now, at the busy pace."""
         self._pacer.wake()
+
+    async def apply_direct(self, name: str, data: bytes) -> bool:
+        """Apply the request ``data`` as if it were inbox object ``name``
+        (see the module docstring): True applied now, False applied before.
+
+        `CorruptRequest` for bytes that do not decode; `StoreClosed` once the
+        applier stops (write the object instead: the next owner applies it);
+        a `StoreError` of the operation propagates (nothing durable, or its
+        done record, which makes the object a no-op).
+        """
+        request = decode_request(name, data)
+        if self._stopping:
+            raise StoreClosed(self._objects.url, "its inbox applier stopped")
+        return await self._apply(name, request)
 
     async def apply_now(self) -> int:
         """One pass now (passes run one at a time); how many requests it
@@ -270,6 +296,18 @@ class InboxApplier:
         except CorruptRequest as e:
             await self._quarantine(name, data, e)
             return None
+        return await self._apply(name, request)
+
+    async def _apply(self, name: str, request: Request) -> bool:
+        """Apply ``request`` named ``name`` unless its done record exists:
+        True applied now, False applied before (its follow-up redone)."""
+        lock = self._name_locks.get(name)
+        if lock is None:
+            lock = self._name_locks[name] = asyncio.Lock()
+        async with lock:
+            return await self._apply_locked(name, request)
+
+    async def _apply_locked(self, name: str, request: Request) -> bool:
         runtime = self._resolve(request.queue)
         if self._done.get(name, request.nonce) is not None:
             if runtime is not None:

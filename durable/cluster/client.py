@@ -226,6 +226,7 @@ class ClientQueue:
         wake_payload: bytes | None = None,
         *,
         kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+        kv_puts: Mapping[bytes, bytes] | None = None,
     ) -> WakeOutcome:
         """Refused: `ReadOnlyStore`."""
         self._refuse("wake a job")

@@ -8,6 +8,11 @@ in the transaction that performs the operation (the ``internal=`` of
 alone, on the condition that the run record is still the one it checked, so
 no later termination of the run can slip between the check and the record.
 
+The messages partitions send each other about signal keys
+(`durable.engine.signals`: register, unregister, deliver, reject, return)
+are applied the same way, each in one commit with its done record (a
+return, like a signal, buffers first and hands over after).
+
 `follow_up` redoes, for a request found applied already, the part of the
 operation that runs after its commit and that a crash may have cut short.
 """
@@ -21,7 +26,12 @@ from durable.cluster.requests import (
     ClearSignalRequest,
     GroupMarkRequest,
     Request,
+    SignalDeliverRequest,
+    SignalRegisterRequest,
+    SignalRejectRequest,
     SignalRequest,
+    SignalReturnRequest,
+    SignalUnregisterRequest,
     SubmitRequest,
 )
 from durable.engine import keys
@@ -47,6 +57,16 @@ async def apply_request(rt: WorkflowRuntime, request: Request, done: dict[bytes,
         await rt.clear_signal(request.key, internal=done)
     elif isinstance(request, GroupMarkRequest):
         await rt.group_markers.mark(request.group_id, internal=done)
+    elif isinstance(request, SignalRegisterRequest):
+        await rt.signals.accept_waiter(request.key, request.waiter, internal=done)
+    elif isinstance(request, SignalUnregisterRequest):
+        await rt.signals.drop_waiter(request.key, request.waiter, internal=done)
+    elif isinstance(request, SignalDeliverRequest):
+        await rt.signals.take_delivery(request.key, request.waiter, request.payload, internal=done)
+    elif isinstance(request, SignalRejectRequest):
+        await rt.signals.take_rejection(request.key, request.waiter, internal=done)
+    elif isinstance(request, SignalReturnRequest):
+        await rt.signals.take_back(request.key, request.payload, internal=done)
     else:  # pragma: no cover - decode_request makes only the kinds above
         raise TypeError(f"unknown request {request!r}")
 
@@ -74,7 +94,7 @@ async def _submit(rt: WorkflowRuntime, request: SubmitRequest, done: dict[bytes,
 
 async def follow_up(rt: WorkflowRuntime, request: Request) -> None:
     """Redo what a crash after an applied request's commit may have cut short."""
-    if isinstance(request, SignalRequest):
+    if isinstance(request, SignalRequest | SignalReturnRequest):
         await rt.signals.wake_buffered(request.key)
     elif isinstance(request, CancelRequest):
         raw = rt.queue.kv.get(keys.run_key(request.run_id))

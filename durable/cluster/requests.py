@@ -6,9 +6,12 @@ A request is one object under the store's ``inbox/`` prefix:
   written create-if-absent, so two processes submitting the same run id at
   once collapse to one object;
 - ``inbox/req/<ulid>``: every other kind (`SignalRequest`, `CancelRequest`,
-  `ClearSignalRequest`, `GroupMarkRequest`), named by a ULID from the
-  writer's monotonic generator, so one writer's requests sort in the order
-  it made them.
+  `ClearSignalRequest`, `GroupMarkRequest`, and the messages partitions
+  send each other about signal keys: `SignalRegisterRequest`,
+  `SignalUnregisterRequest`, `SignalDeliverRequest`, `SignalRejectRequest`,
+  `SignalReturnRequest`, see `durable.engine.signals`), named by a ULID
+  from the writer's monotonic generator, so one writer's requests sort in
+  the order it made them.
 
 The bytes are a frame (`durable.store.framing`, kind `Kind.INBOX`, with its
 checksum) around a MessagePack map: ``"v"`` (the format version), ``"kind"``,
@@ -31,7 +34,7 @@ import msgpack
 from durable.engine._checks import check_bytes
 from durable.engine.records import GroupMembership
 from durable.engine.runs import RESERVED_KV_PREFIX, RunOptions, RunSpec, validate_run_id
-from durable.engine.signals import check_signal
+from durable.engine.signals import RemoteWaiter, check_signal
 from durable.errors import CorruptObject, CorruptRequest, InvalidArgument, UnsupportedFormat
 from durable.store.framing import Kind, frame, unframe
 from durable.store.ids import validate_id
@@ -49,8 +52,14 @@ __all__ = [
     "ClearSignalRequest",
     "GroupMarkRequest",
     "Request",
+    "SignalDeliverRequest",
+    "SignalRegisterRequest",
+    "SignalRejectRequest",
     "SignalRequest",
+    "SignalReturnRequest",
+    "SignalUnregisterRequest",
     "SubmitRequest",
+    "WaiterRequest",
     "decode_request",
     "encode_request",
     "submit_name",
@@ -176,6 +185,75 @@ class GroupMarkRequest(Request):
         validate_id(self.group_id, "group id")
 
 
+@dataclass(frozen=True, slots=True)
+class WaiterRequest(Request):
+    """A message about run ``run_id`` whose step job ``job_id`` (of runtime
+    queue ``queue``) waits on ``key`` (`durable.engine.signals`, across
+    partitions)."""
+
+    key: str
+    run_id: str
+    job_id: str
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        check_signal(self.key)
+        validate_run_id(self.run_id)
+        validate_id(self.job_id, "job id")
+
+    @property
+    def waiter(self) -> RemoteWaiter:
+        """The waiting step, as the key's home indexes it."""
+        return RemoteWaiter(self.run_id, self.job_id, self.queue)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRegisterRequest(WaiterRequest):
+    """To the key's home: the run waits on the key (`Signals.accept_waiter`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalUnregisterRequest(WaiterRequest):
+    """To the key's home: the run no longer waits (`Signals.drop_waiter`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalRejectRequest(WaiterRequest):
+    """To the run's partition: another run waits on the key (`Signals.take_rejection`)."""
+
+
+@dataclass(frozen=True, slots=True)
+class SignalDeliverRequest(WaiterRequest):
+    """To the run's partition: wake it with ``payload`` (`Signals.take_delivery`)."""
+
+    payload: bytes = b""
+
+    def __post_init__(self) -> None:
+        WaiterRequest.__post_init__(self)
+        check_signal(self.key, self.payload)
+
+
+@dataclass(frozen=True, slots=True)
+class SignalReturnRequest(Request):
+    """To the key's home: a delivered ``payload`` no waiter took (`Signals.take_back`)."""
+
+    key: str
+    payload: bytes
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        check_signal(self.key, self.payload)
+
+
+#: The kind names of the `WaiterRequest` classes.
+_WAITER_KINDS: dict[type[WaiterRequest], str] = {
+    SignalRegisterRequest: "signal_register",
+    SignalUnregisterRequest: "signal_unregister",
+    SignalRejectRequest: "signal_reject",
+    SignalDeliverRequest: "signal_deliver",
+}
+
+
 def submit_name(run_id: str) -> str:
     """The object name of the submission of ``run_id``."""
     return SUBMIT_PREFIX + validate_run_id(run_id)
@@ -212,6 +290,17 @@ def encode_request(request: Request) -> bytes:
         m.update(kind="clear_signal", key=request.key)
     elif isinstance(request, GroupMarkRequest):
         m.update(kind="group_mark", group_id=request.group_id)
+    elif isinstance(request, WaiterRequest) and type(request) in _WAITER_KINDS:
+        m.update(
+            kind=_WAITER_KINDS[type(request)],
+            key=request.key,
+            run_id=request.run_id,
+            job_id=request.job_id,
+        )
+        if isinstance(request, SignalDeliverRequest):
+            m["payload"] = request.payload
+    elif isinstance(request, SignalReturnRequest):
+        m.update(kind="signal_return", key=request.key, payload=request.payload)
     else:
         raise InvalidArgument(f"not an inbox request: {request!r}")
     m.update(nonce=request.nonce, queue=request.queue)
@@ -295,7 +384,22 @@ def _build(m: Mapping[str, Any]) -> Request:
         return ClearSignalRequest(queue, nonce, _field(m, "key", str))
     if kind == "group_mark":
         return GroupMarkRequest(queue, nonce, _field(m, "group_id", str))
+    if kind == "signal_return":
+        return SignalReturnRequest(queue, nonce, _field(m, "key", str), _field(m, "payload", bytes))
+    for cls, name in _WAITER_KINDS.items():
+        if kind == name:
+            return _waiter(cls, m, queue, nonce)
     raise ValueError(f"unknown request kind {kind!r:.80}")
+
+
+def _waiter(
+    cls: type[WaiterRequest], m: Mapping[str, Any], queue: str, nonce: bytes
+) -> WaiterRequest:
+    key, run_id = _field(m, "key", str), _field(m, "run_id", str)
+    job_id = _field(m, "job_id", str)
+    if cls is SignalDeliverRequest:
+        return SignalDeliverRequest(queue, nonce, key, run_id, job_id, _field(m, "payload", bytes))
+    return cls(queue, nonce, key, run_id, job_id)
 
 
 def _submit(m: Mapping[str, Any], queue: str, nonce: bytes) -> SubmitRequest:

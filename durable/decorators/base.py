@@ -100,6 +100,11 @@ class EngineBase:
         group or schedule id) sees it."""
         raise NotImplementedError
 
+    def for_key(self, key: str) -> EngineBase:
+        """The engine as the home partition of signal key ``key`` sees it
+        (`durable.decorators.partitioned.signal_home`)."""
+        raise NotImplementedError
+
     def co_located(self, base: str, with_run: str) -> str:
         """``base`` as an id in ``with_run``'s partition (``base`` itself
         unless partitioned; `durable.cluster.manifest.co_located_id`)."""

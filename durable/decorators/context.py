@@ -215,8 +215,10 @@ class RunContext:
 
     def signal_buffered(self, key: str) -> bool:
         """True if a signal is buffered under ``key`` (sent while no run waited
-        on it); the engine hands it to the next run that waits on ``key``."""
-        return self.engine.queue.kv.get(keys.signal_buffer_key(key)) is not None
+        on it); the engine hands it to the next run that waits on ``key``.
+        On a partitioned store the buffer is at the key's home partition
+        (read through a view when another process owns it)."""
+        return self.engine.for_key(key).queue.kv.get(keys.signal_buffer_key(key)) is not None
 
     def context(self) -> Context:
         """A copy of the calling context in which this is the current run

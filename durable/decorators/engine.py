@@ -310,6 +310,15 @@ class Engine(EngineBase):
             return list(session.facades)
         return [self]
 
+    def for_key(self, key: str) -> EngineBase:
+        """The engine as the home partition of signal key ``key`` sees it
+        (`durable.decorators.partitioned.signal_home`): this engine itself
+        on an unpartitioned store."""
+        session = self._session
+        if isinstance(session, PartitionedSession):
+            return session.facade_of_key(key)
+        return self
+
     def new_run_id(self) -> str:
         """A new run id (the store's generator; a ULID when partitioned)."""
         session = self._session
@@ -424,9 +433,13 @@ class Engine(EngineBase):
         durable when this returns. `SignalOutcome.SENT` from an engine that
         does not own the store: the request is in the store's inbox."""
         payload = self.codec.dumps(value, what=f"the signal for {key!r}")
-        # Partitioned (prototype): the key's home partition; a waiter in another
-        # partition does not see it yet (the key-home forwarding is not built).
-        return await self.for_run(key).workflows.default.signal(key, payload)
+        session = self._session
+        if isinstance(session, PartitionedSession):
+            # What this process committed first (a wait's registration, a
+            # timeout's unregister) reaches the key's home before the signal,
+            # which forwards it to a waiter in another partition.
+            await session.send_pending()
+        return await self.for_key(key).workflows.default.signal(key, payload)
 
     async def wait_owner(self, owner: bool = True, timeout: float | None = None) -> None:  # noqa: ASYNC109
         """Wait until this worker owns its store (a standby: until it takes

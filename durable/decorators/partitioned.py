@@ -25,6 +25,14 @@ contexts of a run reach its own partition without routing.
 The services added with `Engine.add_service` run once per engine: started
 once every partition is reached, stopped first on close (before the
 partitions drain and are handed over).
+
+Signal keys have a home partition (`signal_home`): a child run's key is
+homed with the child (so with its parent), any other by its hash. An owned
+partition's runtimes take a `PartitionSignalRoute` over the partition's
+`Outbox` (`durable.engine.signals`: a wait on a key homed elsewhere
+registers there by message, and the home forwards its signal); the outbox
+applies a message to a partition this engine owns at once, and writes it
+into another's inbox otherwise.
 """
 
 from __future__ import annotations
@@ -33,9 +41,14 @@ import asyncio
 from typing import TYPE_CHECKING, Any
 
 from durable._logging import get_logger
+from durable.cluster.applier import InboxApplier
 from durable.cluster.manifest import Manifest, partition_of, partition_prefix
+from durable.cluster.outbox import Destination, Destinations, Outbox
 from durable.cluster.pool import PoolMember
+from durable.cluster.signal_route import PartitionSignalRoute
 from durable.decorators.base import EngineBase
+from durable.decorators.children import child_key
+from durable.decorators.modes import OwnerMode
 from durable.decorators.services import default_services
 from durable.decorators.session import Role, StoreSession
 from durable.errors import NoEngine, SelfFenced
@@ -48,13 +61,46 @@ if TYPE_CHECKING:
     from durable.decorators.handles import WorkflowHandle
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
+    from durable.engine.delivery import StepRunner
+    from durable.engine.hooks import TerminalHook
+    from durable.engine.runtime import RuntimeOptions, WorkflowRuntime
     from durable.store.log import LogWriter
     from durable.store.objects.base import ObjectStore
+    from durable.store.queue import Queue
     from durable.store.queue.worker import Slots
 
-__all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession"]
+__all__ = ["PartitionEngine", "PartitionStore", "PartitionedSession", "signal_home"]
 
 log = get_logger("durable.decorators")
+
+#: What every child run's signal key starts with (`child_key`).
+_CHILD_KEY_PREFIX = child_key("")
+
+
+def signal_home(key: str, partitions: int) -> int:
+    """The home partition of signal key ``key``: a child run's key
+    (`durable.decorators.children.child_key`) lives with the child, minted
+    into its parent's partition, so the child's terminal signal and its
+    parent's wait stay local; any other key by its hash (`partition_of`)."""
+    if key.startswith(_CHILD_KEY_PREFIX) and len(key) > len(_CHILD_KEY_PREFIX):
+        return partition_of(key[len(_CHILD_KEY_PREFIX) :], partitions)
+    return partition_of(key, partitions)
+
+
+class _RoutedOwnerMode(OwnerMode):
+    """An owned partition's mode: its runtimes' signals take ``route``."""
+
+    def __init__(self, queue: Queue, route: PartitionSignalRoute) -> None:
+        super().__init__(queue)
+        self._route = route
+
+    def runtime(
+        self, runner: StepRunner, hook: TerminalHook | None, options: RuntimeOptions
+    ) -> WorkflowRuntime:
+        """A runtime that runs work, its signals routed by key."""
+        runtime = super().runtime(runner, hook, options)
+        runtime.signals.route = self._route
+        return runtime
 
 
 class PartitionEngine(EngineBase):
@@ -115,6 +161,10 @@ class PartitionEngine(EngineBase):
         """The partition of ``run_id`` (the engine's routing)."""
         return self._engine.for_run(run_id)
 
+    def for_key(self, key: str) -> EngineBase:
+        """The home partition of signal key ``key`` (the engine's routing)."""
+        return self._engine.for_key(key)
+
     def co_located(self, base: str, with_run: str) -> str:
         """``base`` as an id in ``with_run``'s partition (the engine's)."""
         return self._engine.co_located(base, with_run)
@@ -149,10 +199,59 @@ class PartitionStore(StoreSession):
     def __init__(self, facade: PartitionEngine, objects: ObjectStore, role: Role) -> None:
         super().__init__(facade, objects, None, role=role, ttl=1.0, heartbeat=0.2, takeover=False)
         self._objects, self._owned_objects = objects, False
+        self._partitions = 1
+        self._destinations: Destinations | None = None
+        self._outbox: Outbox | None = None
 
-    async def own(self, validity: Any) -> LogWriter:
-        """Open the partition as its owner (the pool gave it to this member)."""
-        return await self._own(validity)
+    def route_signals(self, partitions: int, destinations: Destinations) -> None:
+        """Route signal keys across the ``partitions`` (see the module docstring)."""
+        self._partitions, self._destinations = partitions, destinations
+
+    @property
+    def applier(self) -> InboxApplier | None:
+        """The partition's inbox applier while this engine owns it."""
+        return self._applier
+
+    async def _enter(self, mode: Mode) -> None:
+        """As `StoreSession._enter`; an owner's mode routes signal keys and
+        runs the partition's outbox (records left by a dead owner first)."""
+        destinations = self._destinations
+        if isinstance(mode, OwnerMode) and destinations is not None:
+            facade = self._engine
+            assert isinstance(facade, PartitionEngine)
+            partitions = self._partitions
+            outbox = Outbox(mode.queue, destinations, facade.clock)
+            route = PartitionSignalRoute(
+                facade.partition, partitions, outbox, lambda key: signal_home(key, partitions)
+            )
+            mode = _RoutedOwnerMode(mode.queue, route)
+            self._outbox = outbox
+        await super()._enter(mode)
+        if self._outbox is not None:
+            self._outbox.start()
+
+    async def _leave(self, *, drain: bool) -> None:
+        """As `StoreSession._leave`, the outbox stopped first (a last pass
+        when draining; what is left is the next owner's to send)."""
+        if self._outbox is not None:
+            outbox, self._outbox = self._outbox, None
+            if drain:
+                await outbox.stop()
+            else:
+                outbox.abort()
+        await super()._leave(drain=drain)
+
+    async def send_pending(self) -> None:
+        """Send what the partition's outbox holds now (nothing when it is
+        empty or the partition is not owned here)."""
+        outbox = self._outbox
+        if outbox is not None and outbox.pending:
+            await outbox.send_now()
+
+    async def own(self, validity: Any, epoch: int | None) -> LogWriter:
+        """Open the partition as its owner at ``epoch`` (the pool gave it to
+        this member; `StaleEpoch` if a newer owner opened it already)."""
+        return await self._own(validity, epoch)
 
     async def lose(self, reason: str) -> None:
         """The partition is another's now: stop, serve it as a client."""
@@ -189,9 +288,12 @@ class PartitionedSession:
         self.role = role
         self._ttl, self._heartbeat = ttl, heartbeat
         self.facades = [PartitionEngine(engine, p) for p in range(self.partitions)]
+        self._prefixed = [
+            PrefixedObjectStore(objects, partition_prefix(p)) for p in range(self.partitions)
+        ]
         for p, facade in enumerate(self.facades):
-            prefixed = PrefixedObjectStore(objects, partition_prefix(p))
-            facade.store = PartitionStore(facade, prefixed, role)
+            facade.store = PartitionStore(facade, self._prefixed[p], role)
+            facade.store.route_signals(self.partitions, self.destination)
         self._pool: PoolMember | None = None
         self._ids = IdGenerator(engine.clock)
         self._closing = False
@@ -206,6 +308,23 @@ class PartitionedSession:
     def facade_of(self, run_id: str) -> PartitionEngine:
         """The facade of the partition that holds ``run_id`` (or a key, a group)."""
         return self.facades[partition_of(run_id, self.partitions)]
+
+    def facade_of_key(self, key: str) -> PartitionEngine:
+        """The facade of signal key ``key``'s home partition (`signal_home`)."""
+        return self.facades[signal_home(key, self.partitions)]
+
+    async def send_pending(self) -> None:
+        """Send the messages every partition owned here has staged so far
+        (before a signal: a wait or timeout this process committed reaches
+        the key's home first, as on one store)."""
+        for facade in self.facades:
+            if facade.store is not None:
+                await facade.store.send_pending()
+
+    def destination(self, p: int) -> Destination:
+        """How a partition's outbox reaches partition ``p``: its store, and
+        its applier while this engine owns it."""
+        return Destination(self._prefixed[p], self._store(p).applier)
 
     def new_id(self) -> str:
         """A new run id (a ULID of this process's generator)."""
@@ -281,7 +400,7 @@ class PartitionedSession:
     async def _acquire(self, p: int) -> LogWriter:
         pool = self._pool
         assert pool is not None
-        writer = await self._store(p).own(lambda: pool.validity(p))
+        writer = await self._store(p).own(lambda: pool.validity(p), pool.epoch(p))
         log.info("engine owns a partition", url=writer.url, partition=p, member=pool.member_id)
         return writer
 

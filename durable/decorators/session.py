@@ -188,12 +188,14 @@ class StoreSession:
         log.info("engine owns the store", url=writer.url, member=ownership.member_id)
         return writer
 
-    async def _own(self, validity: Callable[[], str | None]) -> LogWriter:
+    async def _own(self, validity: Callable[[], str | None], epoch: int | None = None) -> LogWriter:
         """Open the store's `Queue` (its writer checks ``validity`` before
-        every commit) and run the owner's mode on it; its writer."""
+        every commit; its open marker carries ``epoch``, and a log whose
+        newest marker carries a higher one raises `StaleEpoch`) and run the
+        owner's mode on it; its writer."""
         objects, engine = self._objects, self._engine
         assert objects is not None
-        queue = await Queue.open(objects, OpenOptions(clock=engine.clock))
+        queue = await Queue.open(objects, OpenOptions(clock=engine.clock, epoch=epoch))
         try:
             queue.writer.set_validity(validity)
             # Before any run is read or written (durable on return).

@@ -121,9 +121,11 @@ class RunQueue(WorkerQueue, Protocol):
         wake_payload: bytes | None = None,
         *,
         kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+        kv_puts: Mapping[bytes, bytes] | None = None,
     ) -> WakeOutcome:
         """Make a scheduled job pending now (with it, delete the caller KV
-        keys of ``kv_compare_deletes`` that still hold the values given)."""
+        keys of ``kv_compare_deletes`` that still hold the values given,
+        and write ``kv_puts``)."""
         ...
 
     async def commit_effects(self, effects: SettlementEffects) -> list[EnqueueResult]:

@@ -196,7 +196,7 @@ class WorkflowRuntime:
         self.group_markers = GroupRetention(self)
         self.replays = ReplayStore(self.memos)
         #: The durable signal records (`signal`, `clear_signal`).
-        self.signals = Signals(queue)
+        self.signals = Signals(queue, self.options.queue_name)
         #: The KV keys a layer built on the runtime keeps for a run (reserved
         #: keys, e.g. the decorators' journal): read when the run's memo
         #: retention passes and deleted with its terminal record. None: none.
@@ -394,6 +394,7 @@ class WorkflowRuntime:
             priority=job.priority if job is not None else None,
             max_attempts=job.max_attempts if job is not None else None,
         )
+        fx = self.signals.cancel_effects(job, fx)  # a wait across partitions is withdrawn
         # Pending or scheduled: removed, and the run terminated with it.
         # Claimed: the token fired; the worker settles the run as cancelled.
         # Not found: the step moved on; its successor's claim sees the flag.

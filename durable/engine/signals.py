@@ -28,6 +28,44 @@ The paths:
   and the index names it. All of it commits with the step's ack.
 - Resolution, when a step with a signal header is claimed (`resolve`).
 
+Across partitions. A store that is one partition of several
+(`durable.cluster.signal_route`) has a `SignalRoute`: each key has a *home*
+partition, which alone holds the key's buffer and waiter index. A run
+waiting on a key whose home is another partition registers there by
+message, and the home forwards a signal to it by message; every message is
+an inbox request sent from an outbox record committed with the transaction
+that decides to send it (`durable.cluster.outbox`), so it leaves only once
+that transaction is durable and is applied once (done records). A is the
+waiting run's partition, H the key's home:
+
+- registration at A (`register` answers ``remote``): the settlement
+  schedules the next step at the timeout, as always, writes no index and
+  stages a *register* message to H (`registration_effects`);
+- *register* at H (`accept_waiter`): a buffered signal is consumed and a
+  *deliver* message sent back; else a live waiter of another run *rejects*
+  it (the rejected run fails with `SignalWaiterExists` when its waiting
+  step is claimed); else the index names the remote waiter
+  (`RemoteWaiter`, tagged so it is never taken for a local job id);
+- ``signal`` at H with a remote waiter: one commit deletes the index and
+  stages *deliver* (`SignalOutcome.DELIVERED`); without one, as above;
+- *deliver* at A (`take_delivery`): the waiting job, still scheduled on the
+  key, is woken with the payload (its done record rides the wake); else
+  the run moved on (timed out, cancelled) and the payload goes *back* to H
+  (`take_back`), which buffers it unless a newer signal is buffered;
+- the timeout at A (`resolve`), or a cancel removing the waiting step
+  (`cancel_effects`): an *unregister* to H, which compare-deletes its index;
+- ``signal`` or ``clear`` of a key on a partition that is not its home is
+  forwarded there (`SignalOutcome.SENT`).
+
+What it costs (KV-only commits; each message is one outbox put riding a
+commit the sender makes anyway, then one inbox object or a direct apply
+when this process owns the target, one apply commit at the target with
+its done record, and one outbox delete at the sender, batched): a wait
+whose key's home is its own partition costs what it does on one store; a
+cross-partition wait costs its register message; a signal to a remote
+waiter costs one commit at H and the deliver message (the wake is its
+apply commit); a timeout costs one commit at A and the unregister.
+
 Why there is no polling loop. The reference re-reads the waiter index up
 to 10 times, 25 ms apart, because its registration reads the buffer and
 commits the index in two moments a signal can fall between. Here the store
@@ -51,22 +89,29 @@ import asyncio
 import enum
 from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
+
+import msgpack
 
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.access import RunQueue
-from durable.engine.runs import HEADER_SIGNAL_DELIVERED, HEADER_SIGNAL_WAIT
+from durable.engine.runs import HEADER_RUN_ID, HEADER_SIGNAL_DELIVERED, HEADER_SIGNAL_WAIT
 from durable.engine.transitions import internal_effects
 from durable.errors import InvalidArgument, SignalWaiterExists
 from durable.store.keyspace import MAX_KV_VALUE_SIZE
 from durable.store.queue import JobRecord, JobStatus, SettlementEffects, WakeOutcome
 
 __all__ = [
+    "REMOTE_WAITER_TAG",
     "Registration",
+    "RemoteWaiter",
     "SignalOutcome",
+    "SignalRoute",
     "Signals",
     "check_signal",
+    "decode_remote_waiter",
+    "encode_remote_waiter",
     "signal_cleanup_keys",
 ]
 
@@ -94,10 +139,92 @@ class Registration:
     ``buffered``: the buffered signal the settlement consumes (None: wait).
     ``recheck``: hand a signal buffered meanwhile to the waiter once the
     settlement is durable (`Signals.recheck_after_commit`).
+    ``remote``: the key's home is another partition: the settlement writes
+    no waiter index and sends the register message
+    (`Signals.registration_effects`).
     """
 
     buffered: bytes | None
     recheck: bool
+    remote: bool = False
+
+
+#: The first byte of a waiter index value naming a `RemoteWaiter` (a local
+#: waiter's value is its job id, printable ASCII).
+REMOTE_WAITER_TAG = b"\x00"
+_REMOTE_WAITER_VERSION = 1
+
+
+@dataclass(frozen=True, slots=True)
+class RemoteWaiter:
+    """A run of another partition waiting on a key whose home is this
+    store: its step job ``job_id`` of runtime queue ``queue`` is scheduled
+    at the timeout in the run's own partition."""
+
+    run_id: str
+    job_id: str
+    queue: str
+
+
+def encode_remote_waiter(waiter: RemoteWaiter) -> bytes:
+    """The waiter index value naming ``waiter``."""
+    body = [_REMOTE_WAITER_VERSION, waiter.run_id, waiter.job_id, waiter.queue]
+    return REMOTE_WAITER_TAG + msgpack.packb(body, use_bin_type=True)
+
+
+def decode_remote_waiter(raw: bytes) -> RemoteWaiter | None:
+    """The `RemoteWaiter` a waiter index value names; None for any other
+    value (a local job id, or bytes that do not decode: a stale entry)."""
+    if not raw.startswith(REMOTE_WAITER_TAG):
+        return None
+    try:
+        version, run_id, job_id, queue = msgpack.unpackb(raw[1:], raw=False)
+    except Exception:  # msgpack raises several unrelated types; unpacking too
+        return None
+    if version != _REMOTE_WAITER_VERSION or not all(
+        isinstance(v, str) for v in (run_id, job_id, queue)
+    ):
+        return None
+    return RemoteWaiter(run_id, job_id, queue)
+
+
+class SignalRoute(Protocol):
+    """Where correlation keys live when the store is one partition of
+    several (`durable.cluster.signal_route`). Each method but `is_home`
+    returns the reserved KV puts (an outbox record) that send one message
+    once the transaction they are committed with is durable."""
+
+    def is_home(self, key: str) -> bool:
+        """True when ``key``'s home is this partition."""
+        ...
+
+    def register(self, key: str, waiter: RemoteWaiter) -> Mapping[bytes, bytes]:
+        """To ``key``'s home: ``waiter`` waits on ``key``."""
+        ...
+
+    def unregister(self, key: str, waiter: RemoteWaiter) -> Mapping[bytes, bytes]:
+        """To ``key``'s home: ``waiter`` no longer waits."""
+        ...
+
+    def deliver(self, key: str, waiter: RemoteWaiter, payload: bytes) -> Mapping[bytes, bytes]:
+        """To ``waiter``'s partition: wake it with ``payload``."""
+        ...
+
+    def reject(self, key: str, waiter: RemoteWaiter) -> Mapping[bytes, bytes]:
+        """To ``waiter``'s partition: another run waits on ``key``."""
+        ...
+
+    def give_back(self, queue: str, key: str, payload: bytes) -> Mapping[bytes, bytes]:
+        """To ``key``'s home: a delivered ``payload`` no waiter took."""
+        ...
+
+    def forward_signal(self, queue: str, key: str, payload: bytes) -> Mapping[bytes, bytes]:
+        """To ``key``'s home: signal it."""
+        ...
+
+    def forward_clear(self, queue: str, key: str) -> Mapping[bytes, bytes]:
+        """To ``key``'s home: discard its buffered signal."""
+        ...
 
 
 def check_signal(key: object, payload: object = b"") -> tuple[str, bytes]:
@@ -135,12 +262,36 @@ def signal_cleanup_keys(headers: Mapping[str, str], run_id: str, step: int) -> l
 
 
 class Signals:
-    """The signal records of one store, for the runtime on ``queue``; see
-    the module docstring."""
+    """The signal records of one store, for the runtime of queue
+    ``queue_name`` on ``queue``; see the module docstring."""
 
-    def __init__(self, queue: RunQueue) -> None:
+    def __init__(self, queue: RunQueue, queue_name: str) -> None:
         self.queue = queue
+        self.queue_name = queue_name
+        #: Where keys live when the store is one partition of several
+        #: (set by the layer that partitions); None: every key lives here.
+        self.route: SignalRoute | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+
+    def _remote(self, key: str) -> SignalRoute | None:
+        """The route, when ``key``'s home is another partition."""
+        route = self.route
+        return route if route is not None and not route.is_home(key) else None
+
+    def _home_route(self, key: str, what: str) -> SignalRoute:
+        """The route, for a message only a partition that is ``key``'s home applies."""
+        route = self.route
+        if route is None or not route.is_home(key):
+            raise InvalidArgument(
+                f"a {what} message for correlation key {key!r} reached a store that is not "
+                "the key's home partition"
+            )
+        return route
+
+    def _route(self, what: str) -> SignalRoute:
+        if self.route is None:
+            raise InvalidArgument(f"a {what} message reached a store that is not partitioned")
+        return self.route
 
     # --------------------------------------------------------- signalling
 
@@ -154,13 +305,43 @@ class Signals:
         """`signal`, committing ``effects`` atomically with the buffer write
         (how a `ReplyWatcher` retires its marker with the delivery)."""
         key, payload = check_signal(key, payload)
+        if (route := self._remote(key)) is not None:
+            fx = internal_effects(route.forward_signal(self.queue_name, key, payload), effects)
+            await self.queue.commit_effects(fx)
+            return SignalOutcome.SENT
+        if self.route is not None and (handed := await self._hand_over(key, payload, effects)):
+            return handed
         await self.queue.commit_effects(effects.kv_put(keys.signal_buffer_key(key), payload))
         return await self._wake(key, payload)
+
+    async def _hand_over(
+        self, key: str, payload: bytes, effects: SettlementEffects
+    ) -> SignalOutcome | None:
+        """At the key's home, with a remote waiter indexed: delete the index
+        (and an older buffered signal this one replaces) and send the
+        waiter ``payload``, with ``effects``, in one commit. None (nothing
+        written) without a remote waiter."""
+        route = self._route("signal")
+        kv, wait, buf = self.queue.kv, keys.signal_wait_key(key), keys.signal_buffer_key(key)
+        while True:
+            raw = kv.get(wait)
+            waiter = decode_remote_waiter(raw) if raw is not None else None
+            if waiter is None:
+                return None
+            # Nothing is awaited from these reads to the commit's staging
+            # (KV-only effects): the compare on the index is a safety net.
+            fx = internal_effects(route.deliver(key, waiter, payload), effects).kv_delete(wait)
+            if kv.get(buf) is not None:
+                fx.kv_delete(buf)
+            if await self.queue.kv_compare_commit(wait, raw, fx) is not None:
+                return SignalOutcome.DELIVERED
 
     async def wake_buffered(self, key: str) -> SignalOutcome | None:
         """Hand the signal buffered under ``key`` (if any) to its waiter, as
         `signal` would; None when nothing is buffered."""
         key, _ = check_signal(key)
+        if self._remote(key) is not None:
+            return None  # its buffer is at its home
         payload = self.queue.kv.get(keys.signal_buffer_key(key))
         if payload is None:
             return None
@@ -171,8 +352,14 @@ class Signals:
 
         ``internal`` (reserved KV puts) commits with the buffer's delete, or
         alone while nothing is buffered when there is nothing to discard.
+        On a partition that is not the key's home the clear is forwarded
+        there, with ``internal``, and this returns False.
         """
         key, _ = check_signal(key)
+        if (route := self._remote(key)) is not None:
+            fx = internal_effects(route.forward_clear(self.queue_name, key))
+            await self.queue.commit_effects(internal_effects(internal, fx))
+            return False
         buf = keys.signal_buffer_key(key)
         while True:
             current = self.queue.kv.get(buf)
@@ -191,6 +378,16 @@ class Signals:
         raw = kv.get(wait)
         if raw is None:
             return SignalOutcome.BUFFERED
+        if self.route is not None and (waiter := decode_remote_waiter(raw)) is not None:
+            # Hand it to the remote waiter: the index and (if it still holds
+            # this signal) the buffer go with the deliver message's staging.
+            fx = SettlementEffects().kv_delete(wait)
+            if kv.get(keys.signal_buffer_key(key)) == payload:
+                fx.kv_delete(keys.signal_buffer_key(key))
+            internal_effects(self.route.deliver(key, waiter, payload), fx)
+            if await self.queue.kv_compare_commit(wait, raw, fx) is not None:
+                return SignalOutcome.DELIVERED
+            return SignalOutcome.BUFFERED  # the index changed: it is buffered for the next
         try:
             job_id = raw.decode()
         except UnicodeDecodeError:
@@ -215,8 +412,14 @@ class Signals:
 
         Synchronous: call it after the step's last ``await`` and settle what
         it says with nothing awaited in between (see the module docstring).
+        A key whose home is another partition registers there by message
+        (``remote``; `registration_effects`).
         """
+        if self._remote(key) is not None:
+            return Registration(None, recheck=False, remote=True)
         raw = self.queue.kv.get(keys.signal_wait_key(key))
+        if raw is not None and self.route is not None and decode_remote_waiter(raw) is not None:
+            raise SignalWaiterExists(key, run_id)  # a run of another partition waits
         if raw is not None:
             job = self.queue.job_record(raw.decode(errors="replace"))
             if job is not None and job.status is JobStatus.SCHEDULED:
@@ -225,6 +428,32 @@ class Signals:
         if threshold is not None and len(next_payload) > threshold:
             return Registration(None, recheck=True)
         return Registration(self.queue.kv.get(keys.signal_buffer_key(key)), recheck=False)
+
+    def registration_effects(
+        self, effects: SettlementEffects, key: str, run_id: str, job_id: str
+    ) -> SettlementEffects:
+        """``effects`` (a settlement scheduling ``job_id`` to wait on
+        ``key``) plus the register message to the key's home, for a
+        `Registration` that is ``remote``."""
+        route = self._remote(key)
+        assert route is not None, "a remote registration needs a route"
+        return internal_effects(
+            route.register(key, RemoteWaiter(run_id, job_id, self.queue_name)), effects
+        )
+
+    def cancel_effects(
+        self, job: JobRecord | None, effects: SettlementEffects
+    ) -> SettlementEffects:
+        """``effects`` (of a cancel that removes ``job``) plus, when ``job``
+        waits on a key whose home is another partition, the unregister
+        message to that home (so its index never names a removed waiter)."""
+        key = job.headers.get(HEADER_SIGNAL_WAIT) if job is not None else None
+        if job is None or key is None or (route := self._remote(key)) is None:
+            return effects
+        run_id = job.headers.get(HEADER_RUN_ID, "")
+        return internal_effects(
+            route.unregister(key, RemoteWaiter(run_id, job.id, job.queue)), effects
+        )
 
     def recheck_after_commit(self, run_id: str, key: str, job_id: str) -> None:
         """Once the settlement that makes ``job_id`` the waiter on ``key`` is
@@ -286,6 +515,8 @@ class Signals:
                 log.warning("delivered signal record is missing", run_id=run_id, step=step)
             return payload
         key = headers[HEADER_SIGNAL_WAIT]
+        if (route := self._remote(key)) is not None:
+            return await self._resolve_remote(route, rec, run_id, key)
         await kv.compare_delete(keys.signal_wait_key(key), rec.id.encode())
         if rec.woken_at is not None and rec.wake_payload is not None:
             return rec.wake_payload
@@ -297,3 +528,133 @@ class Signals:
             if await self.queue.kv_compare_commit(buf, buffered, fx) is not None:
                 return buffered
         return None
+
+    async def _resolve_remote(
+        self, route: SignalRoute, rec: JobRecord, run_id: str, key: str
+    ) -> bytes | None:
+        """`resolve` of a step waiting on a key whose home is another
+        partition: woken by a deliver message (its payload), by a reject
+        (`SignalWaiterExists`: woken without a payload), or at its timeout
+        (None, and the home is told to forget the waiter: one commit)."""
+        if rec.woken_at is not None:
+            if rec.wake_payload is None:
+                raise SignalWaiterExists(key, run_id)
+            return rec.wake_payload
+        waiter = RemoteWaiter(run_id, rec.id, rec.queue)
+        await self.queue.commit_effects(internal_effects(route.unregister(key, waiter)))
+        return None
+
+    # ------------------------------------------- messages across partitions
+
+    async def accept_waiter(
+        self, key: str, waiter: RemoteWaiter, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """At ``key``'s home, a register message: consume a buffered signal
+        (deliver it), reject ``waiter`` while another run waits, or index
+        it; with ``internal`` in the same commit."""
+        key, _ = check_signal(key)
+        route = self._home_route(key, "register")
+        kv, wait, buf = self.queue.kv, keys.signal_wait_key(key), keys.signal_buffer_key(key)
+        while True:
+            raw, buffered = kv.get(wait), kv.get(buf)
+            fx = internal_effects(internal)
+            if raw is not None and self._waits_elsewhere(raw, waiter.run_id):
+                internal_effects(route.reject(key, waiter), fx)
+            elif buffered is not None:
+                fx.kv_delete(buf)
+                if raw is not None:
+                    fx.kv_delete(wait)  # stale
+                internal_effects(route.deliver(key, waiter, buffered), fx)
+            else:
+                fx.kv_put(wait, encode_remote_waiter(waiter))
+            # Nothing is awaited from these reads to the staging (KV-only
+            # effects), so the buffer read holds too; the compare is a net.
+            if await self.queue.kv_compare_commit(wait, raw, fx) is not None:
+                return
+
+    def _waits_elsewhere(self, raw: bytes, run_id: str) -> bool:
+        """True when the index value ``raw`` names a live waiter that is not
+        run ``run_id`` (a remote one is live until its unregister comes)."""
+        remote = decode_remote_waiter(raw)
+        if remote is not None:
+            return remote.run_id != run_id
+        job = self.queue.job_record(raw.decode(errors="replace"))
+        return job is not None and job.status is JobStatus.SCHEDULED
+
+    async def drop_waiter(
+        self, key: str, waiter: RemoteWaiter, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """At ``key``'s home, an unregister message: delete the index if it
+        still names ``waiter``'s job; with ``internal`` in the same commit."""
+        key, _ = check_signal(key)
+        kv, wait = self.queue.kv, keys.signal_wait_key(key)
+        while True:
+            raw = kv.get(wait)
+            current = decode_remote_waiter(raw) if raw is not None else None
+            fx = internal_effects(internal)
+            if current is not None and current.job_id == waiter.job_id:
+                fx.kv_delete(wait)
+            elif fx.is_empty():
+                return
+            if await self.queue.kv_compare_commit(wait, raw, fx) is not None:
+                return
+
+    async def take_delivery(
+        self,
+        key: str,
+        waiter: RemoteWaiter,
+        payload: bytes,
+        *,
+        internal: Mapping[bytes, bytes] | None = None,
+    ) -> None:
+        """In the waiting run's partition, a deliver message: wake the step
+        job still scheduled on ``key`` with ``payload`` (``internal`` rides
+        the wake), else send ``payload`` back to the key's home."""
+        key, payload = check_signal(key, payload)
+        route = self._route("deliver")
+        if self._waiting(waiter.job_id, key):
+            woke = await self.queue.wake_scheduled(waiter.job_id, payload, kv_puts=internal)
+            if woke is WakeOutcome.WOKEN:
+                return
+        # Timed out, cancelled or gone: a job never becomes scheduled again.
+        fx = internal_effects(route.give_back(waiter.queue, key, payload))
+        await self.queue.commit_effects(internal_effects(internal, fx))
+
+    async def take_rejection(
+        self, key: str, waiter: RemoteWaiter, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> None:
+        """In the waiting run's partition, a reject message: wake the step
+        job still scheduled on ``key`` without a payload, so its claim fails
+        the run with `SignalWaiterExists`; a run that moved on is left alone."""
+        key, _ = check_signal(key)
+        if self._waiting(waiter.job_id, key):
+            woke = await self.queue.wake_scheduled(waiter.job_id, None, kv_puts=internal)
+            if woke is WakeOutcome.WOKEN:
+                return
+        if internal:
+            await self.queue.commit_effects(internal_effects(internal))
+
+    def _waiting(self, job_id: str, key: str) -> bool:
+        job = self.queue.job_record(job_id)
+        return (
+            job is not None
+            and job.status is JobStatus.SCHEDULED
+            and job.headers.get(HEADER_SIGNAL_WAIT) == key
+        )
+
+    async def take_back(
+        self, key: str, payload: bytes, *, internal: Mapping[bytes, bytes] | None = None
+    ) -> SignalOutcome:
+        """At ``key``'s home, a give-back message (a delivered signal no
+        waiter took): dropped when a newer signal is buffered (it replaced
+        this one), else signalled again (`signal_with`: buffered, or handed
+        to the waiter indexed now); with ``internal`` in the same commit."""
+        key, payload = check_signal(key, payload)
+        self._home_route(key, "give-back")
+        buf = keys.signal_buffer_key(key)
+        while (buffered := self.queue.kv.get(buf)) is not None:
+            fx = internal_effects(internal)
+            if fx.is_empty() or await self.queue.kv_compare_commit(buf, buffered, fx) is not None:
+                return SignalOutcome.BUFFERED
+        # Nothing awaited from the read of the empty buffer to the put.
+        return await self.signal_with(key, payload, internal_effects(internal))

@@ -119,6 +119,7 @@ def advance(
     max_attempts: int,
     now_ms: int,
     buffered_signal: bytes | None = None,
+    index_waiter: bool = True,
 ) -> SettlementEffects:
     """Add the enqueue of step ``step + 1`` and its pointer to ``effects``.
 
@@ -126,7 +127,9 @@ def advance(
     same effects: with ``buffered_signal`` (a buffered signal the caller
     read for the key) the next step is claimable at once, its payload is
     recorded as delivered and the buffer deleted; without, the next step is
-    scheduled at the timeout and the key's waiter index names its job.
+    scheduled at the timeout and the key's waiter index names its job
+    (unless not ``index_waiter``: the key's home is another partition,
+    which the caller sends a register message).
     """
     nxt = step + 1
     hdrs = step_headers(run_id, nxt, headers)
@@ -140,7 +143,8 @@ def advance(
     elif isinstance(when, OnSignal):
         run_at = now_ms + round(when.timeout * 1000)
         hdrs[HEADER_SIGNAL_WAIT] = when.correlation_key
-        effects.kv_put(keys.signal_wait_key(when.correlation_key), job_id.encode())
+        if index_waiter:
+            effects.kv_put(keys.signal_wait_key(when.correlation_key), job_id.encode())
     else:
         assert isinstance(when, Immediate)
     effects.enqueue(

@@ -124,7 +124,12 @@ class StepWorker:
         if record.cancel_requested:
             return await self._terminate(rec, record, step, _Termination(TerminalStatus.CANCELLED))
         # After the cancel check, so a cancelled run consumes no buffered signal.
-        signal = await self.rt.signals.resolve(rec, run_id, step)
+        try:
+            signal = await self.rt.signals.resolve(rec, run_id, step)
+        except SignalWaiterExists as e:  # rejected by the key's home partition
+            end = _Termination(TerminalStatus.FAILED, error=str(e), kind=StepErrorKind.PERMANENT)
+            fx = await self._terminate(rec, record, step, end)
+            raise PermanentFailure(str(e), effects=fx) from None
         delivery = Step(
             run_id=run_id,
             step_number=step,
@@ -222,7 +227,12 @@ class StepWorker:
                 max_attempts=rec.max_attempts,
                 now_ms=self.rt.clock.now_ms(),
                 buffered_signal=registration.buffered if registration else None,
+                index_waiter=not (registration is not None and registration.remote),
             )
+            if registration is not None and registration.remote:
+                assert isinstance(outcome.when, OnSignal)
+                wait_key = outcome.when.correlation_key
+                fx = self.rt.signals.registration_effects(fx, wait_key, run_id, next_job)
             if registration is not None and registration.recheck:
                 assert isinstance(outcome.when, OnSignal)
                 self.rt.signals.recheck_after_commit(run_id, outcome.when.correlation_key, next_job)

@@ -393,6 +393,20 @@ async def test_wake_compare_deletes_kv_keys_in_its_own_transaction(
         await queue.wake_scheduled(id, kv_compare_deletes={b"c": "3"})  # type: ignore[dict-item]
 
 
+async def test_wake_puts_kv_keys_only_when_it_wakes(queue: Queue, clock: MockClock) -> None:
+    """``kv_puts`` are written in the wake's own transaction, and not at all
+    when the job is not woken (how an inbox request's done record rides it)."""
+    id = (await queue.enqueue_with("q", b"", EnqueueOptions(run_at=clock.now_ms() + 9000))).id
+    seq = queue.writer.seq
+    assert await queue.wake_scheduled(id, kv_puts={b"done": b"1"}) is WakeOutcome.WOKEN
+    assert queue.writer.seq == seq + 1  # one commit
+    assert queue.kv.get(b"done") == b"1"
+    assert await queue.wake_scheduled(id, kv_puts={b"again": b"1"}) is WakeOutcome.NOT_SCHEDULED
+    assert queue.kv.get(b"again") is None
+    with pytest.raises(InvalidOption):
+        await queue.wake_scheduled(id, kv_puts={b"c": "3"})  # type: ignore[dict-item]
+
+
 async def test_wake_non_scheduled_or_unknown(queue: Queue) -> None:
     id = await queue.enqueue("q", b"")
     before = snapshot(queue)

@@ -252,12 +252,13 @@ class Queue:
         wake_payload: bytes | None = None,
         *,
         kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+        kv_puts: Mapping[bytes, bytes] | None = None,
     ) -> WakeOutcome:
         """Make a scheduled job pending now, attaching ``wake_payload``; with
         it, delete each caller KV key of ``kv_compare_deletes`` that still
-        holds the value given (one transaction)."""
+        holds the value given and write ``kv_puts`` (one transaction)."""
         return await self._settler.wake_scheduled(
-            id, wake_payload, kv_compare_deletes=kv_compare_deletes
+            id, wake_payload, kv_compare_deletes=kv_compare_deletes, kv_puts=kv_puts
         )
 
     async def requeue_dead_job(self, record: JobRecord) -> None:

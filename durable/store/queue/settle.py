@@ -289,12 +289,15 @@ class Settler:
         wake_payload: bytes | None = None,
         *,
         kv_compare_deletes: Mapping[bytes, bytes] | None = None,
+        kv_puts: Mapping[bytes, bytes] | None = None,
     ) -> WakeOutcome:
         """Promote scheduled job ``id`` to pending now, attaching ``wake_payload``.
 
         ``kv_compare_deletes``: caller KV keys deleted in the same
         transaction when the job is woken, each only if it still holds the
         value given (a signal's buffer and waiter index go with its wake).
+        ``kv_puts``: caller KV keys written in that transaction (only when
+        the job is woken).
         """
         core = self.core
         _text("id", id)
@@ -304,6 +307,10 @@ class Settler:
         for key, expected in deletes.items():
             if not isinstance(key, bytes) or not isinstance(expected, bytes):
                 raise InvalidOption(f"kv_compare_deletes maps bytes to bytes, got {key!r}")
+        puts = dict(kv_puts or {})
+        for key, value in puts.items():
+            if not isinstance(key, bytes) or not isinstance(value, bytes):
+                raise InvalidOption(f"kv_puts maps bytes to bytes, got {key!r}")
 
         def body(txn: Txn) -> tuple[WakeOutcome, None]:
             pk = txn.get(keys.job_index_key(id))
@@ -322,6 +329,8 @@ class Settler:
             for key, expected in deletes.items():
                 if txn.get(user_key(key)) == expected:
                     txn.delete(user_key(key))
+            for key, value in puts.items():
+                txn.put(user_key(key), value)
             return WakeOutcome.WOKEN, None
 
         return await run_txn(core, None, body)
