@@ -30,6 +30,7 @@ from decorator_helpers import (
 
 import durable
 from durable import WorkflowState, WorkflowStatus
+from durable.cluster.outbox import OUTBOX_PREFIX
 from durable.decorators import archive
 from durable.decorators.children import child_run_id
 from durable.decorators.journal import decode_entry, entry_key
@@ -406,7 +407,10 @@ async def test_a_status_scans_no_journal(
 
     def counting(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
         def counted(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
+            # A partition's outbox loop scans its (empty) outbox in the
+            # background once a second: not the status's doing.
+            if not (name == "scan" and args[1:2] == (OUTBOX_PREFIX,)):
+                calls[name] += 1
             return fn(*args, **kwargs)
 
         return counted
