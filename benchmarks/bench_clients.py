@@ -58,7 +58,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
-import contextlib
 import json
 import multiprocessing
 import multiprocessing.connection
@@ -68,19 +67,17 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
-from multiprocessing.process import BaseProcess
 from pathlib import Path
 from typing import Any
 
 from benchmarks.bench_decorators import chain
 from benchmarks.bench_steps import pct
+from benchmarks.multiproc import REPLY_TIMEOUT, CountingStore, Meter, Proc, recv
 from durable import Engine
 from durable.store.objects import LocalObjectStore
-from durable.store.objects.base import Guarantee, ObjectStore
-from durable.testing import FaultyObjectStore
 
 #: S3 list prices, dollars per request (us-east-1, standard storage class).
 PRICE_WRITE = 0.005 / 1000  # PUT, COPY, POST, LIST
@@ -88,60 +85,6 @@ PRICE_READ = 0.0004 / 1000  # GET and all other reads
 #: Priced per operation of `ObjectStore` (a `create` is a conditional PUT).
 PRICES = {"get": PRICE_READ, "put": PRICE_WRITE, "create": PRICE_WRITE, "list": PRICE_WRITE}
 OPS = ("get", "put", "create", "list", "delete")
-#: Object-name prefixes that say what a request is for (the first that matches).
-CATEGORIES = (
-    ("cluster/members/", "member"),
-    ("cluster/owner/", "owner_chain"),
-    ("inbox/", "inbox"),
-    ("log/", "log"),
-    ("ckpt/", "ckpt"),
-)
-#: Seconds a reply from a child may take before the benchmark gives up.
-REPLY_TIMEOUT = 600.0
-
-
-# --------------------------------------------------------------------- store
-
-
-class CountingStore(FaultyObjectStore):
-    """A `FaultyObjectStore` that also counts calls by (operation, category)
-    of the name, and that can hide the host lock (as a bucket has none)."""
-
-    def __init__(self, inner: ObjectStore, *, latency: float, host_lock: bool) -> None:
-        super().__init__(inner, latency=latency)
-        if not host_lock:
-            self.guarantees = self.guarantees - {Guarantee.PROCESS_LOCK}
-        self.by_category: collections.Counter[str] = collections.Counter()
-
-    def _count(self, op: str, name: str) -> None:
-        category = next((c for p, c in CATEGORIES if name.startswith(p)), "other")
-        self.by_category[f"{category}_{op}"] += 1
-
-    async def get(self, name: str) -> bytes:
-        """Counted `FaultyObjectStore.get`."""
-        self._count("get", name)
-        return await super().get(name)
-
-    async def put(self, name: str, data: bytes) -> None:
-        """Counted `FaultyObjectStore.put`."""
-        self._count("put", name)
-        await super().put(name, data)
-
-    async def create(self, name: str, data: bytes) -> None:
-        """Counted `FaultyObjectStore.create`."""
-        self._count("create", name)
-        await super().create(name, data)
-
-    async def list(self, prefix: str) -> list[str]:
-        """Counted `FaultyObjectStore.list`."""
-        self._count("list", prefix)
-        return await super().list(prefix)
-
-    async def delete(self, names: Iterable[str]) -> None:
-        """Counted `FaultyObjectStore.delete` (one call, whatever the count)."""
-        doomed = [*names]
-        self._count("delete", doomed[0] if doomed else "")
-        await super().delete(doomed)
 
 
 @dataclass(frozen=True)
@@ -165,24 +108,6 @@ BACKENDS = {
 
 
 # --------------------------------------------------------------------- child
-
-
-def _resolve(fut: asyncio.Future[None]) -> None:
-    if not fut.done():
-        fut.set_result(None)
-
-
-async def _recv(conn: Connection) -> Any:
-    """The parent's next command, read without blocking the event loop."""
-    loop = asyncio.get_running_loop()
-    while not conn.poll():
-        ready: asyncio.Future[None] = loop.create_future()
-        loop.add_reader(conn.fileno(), _resolve, ready)
-        try:
-            await ready
-        finally:
-            loop.remove_reader(conn.fileno())
-    return conn.recv()
 
 
 async def _throughput(prefix: str, runs: int, steps: int, chunk: int) -> dict[str, Any]:
@@ -215,36 +140,10 @@ async def _latency(prefix: str, runs: int) -> list[float]:
     return out
 
 
-class _Meter:
-    """Object calls and process CPU over a window opened by `begin`."""
-
-    def __init__(self, store: CountingStore) -> None:
-        self.store = store
-        self.calls: collections.Counter[str] = collections.Counter()
-        self.by_category: collections.Counter[str] = collections.Counter()
-        self.cpu = 0.0
-        self.t0 = 0.0
-
-    def begin(self) -> None:
-        self.calls = collections.Counter(self.store.calls)
-        self.by_category = collections.Counter(self.store.by_category)
-        t = os.times()
-        self.cpu, self.t0 = t.user + t.system, time.monotonic()
-
-    def end(self) -> dict[str, Any]:
-        t = os.times()
-        return {
-            "seconds": time.monotonic() - self.t0,
-            "cpu_s": t.user + t.system - self.cpu,
-            "calls": dict(self.store.calls - self.calls),
-            "by_category": dict(self.store.by_category - self.by_category),
-        }
-
-
 async def _serve_commands(engine: Engine, store: CountingStore, conn: Connection) -> None:
-    meter = _Meter(store)
+    meter = Meter(store)
     while True:
-        cmd, *args = await _recv(conn)
+        cmd, *args = await recv(conn)
         reply: Any
         if cmd == "stop":
             return
@@ -311,57 +210,6 @@ def _current_owner(worker: Proc, standby: Proc, log: Callable[[str], None]) -> t
     raise TimeoutError(f"neither worker nor standby owns the store after {REPLY_TIMEOUT} s")
 
 
-class Proc:
-    """A child process and the parent's end of its pipe."""
-
-    def __init__(
-        self, ctx: Any, role: str, backend: Backend, path: Path, timing: tuple[float, float]
-    ) -> None:
-        self.role = role
-        self.conn, child_conn = ctx.Pipe()
-        self.proc: BaseProcess = ctx.Process(
-            target=child_main, args=(role, backend, str(path), timing, child_conn), daemon=True
-        )
-        self.proc.start()
-        child_conn.close()
-
-    def ready(self) -> bool:
-        """Wait for the child's ``ready``; whether it owns the store."""
-        word, owner = self.recv()
-        assert word == "ready", word
-        return bool(owner)
-
-    def send(self, *cmd: Any) -> None:
-        self.conn.send(cmd)
-
-    def recv(self, timeout: float = REPLY_TIMEOUT) -> Any:
-        if not self.conn.poll(timeout):
-            raise TimeoutError(f"{self.role} (pid {self.proc.pid}) did not answer in {timeout} s")
-        try:
-            return self.conn.recv()
-        except EOFError:
-            code = self.proc.exitcode
-            raise RuntimeError(f"{self.role} (pid {self.proc.pid}) died, exit {code}") from None
-
-    def call(self, *cmd: Any) -> Any:
-        self.send(*cmd)
-        return self.recv()
-
-    def stop(self) -> None:
-        """Ask the child to leave (an owner drains and releases) and reap it."""
-        if self.proc.is_alive():
-            with contextlib.suppress(OSError, BrokenPipeError):
-                self.send("stop")
-            self.proc.join(60)
-        self.kill()
-
-    def kill(self) -> None:
-        if self.proc.is_alive():
-            self.proc.kill()
-        self.proc.join(60)
-        self.conn.close()
-
-
 def _calls_per_s(figures: dict[str, Any]) -> dict[str, float]:
     seconds = figures["seconds"]
     return {op: figures["calls"].get(op, 0) / seconds for op in OPS}
@@ -395,7 +243,7 @@ def run_backend(ctx: Any, backend: Backend, tmp: Path, sizes: dict[str, Any]) ->
     procs: list[Proc] = []
 
     def spawn(role: str) -> Proc:
-        p = Proc(ctx, role, backend, path, timing)
+        p = Proc(ctx, role, child_main, (role, backend, str(path), timing))
         procs.append(p)
         return p
 

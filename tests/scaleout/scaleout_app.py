@@ -24,10 +24,12 @@ import itertools
 import json
 import os
 import time
+from collections.abc import Iterable
 from typing import Any
 
 import durable
-from durable import step, workflow
+from durable import WorkflowHandle, step, workflow
+from durable.errors import DurableError
 
 #: Steps of the `plain` runs the clients start.
 PLAIN_STEPS = 3
@@ -158,3 +160,18 @@ async def signalled(x: int, pause: float = 0.0) -> dict[str, Any]:
 def signal_key(run_id: str) -> str:
     """The key a `signalled` run waits on."""
     return f"sig:{run_id}"
+
+
+async def note_results(handles: Iterable[WorkflowHandle[Any]]) -> None:
+    """Wait for each run's result and note it (``result``, with ``value``
+    or ``error``: the exception's type name)."""
+
+    async def one(handle: WorkflowHandle[Any]) -> None:
+        try:
+            value = await handle.result()
+        except DurableError as e:
+            note("result", run=handle.run_id, error=type(e).__name__)
+        else:
+            note("result", run=handle.run_id, value=value)
+
+    await asyncio.gather(*(one(h) for h in handles))

@@ -18,6 +18,11 @@ Scenarios:
 - ``stream NAME PAUSE EVERY``: until stdin says ``stop``, start a `plain`
   run and a `signalled` run and signal the latter, every EVERY seconds;
   then the result of each.
+- ``plain NAME N STEPS PAUSE EVERY``: N `plain` runs of STEPS steps (run
+  ids ``NAME-p<k>``, input k), one every EVERY seconds; then the result of
+  each.
+- ``adopt``: the result of every run the side channel says was started
+  but whose result nobody noted yet (its starter died).
 - ``same PREFIX N INPUT``: start `plain` (one step) with INPUT under run ids
   PREFIX0 .. PREFIX<N-1>, all at once, then wait for the result of each
   that started; ``start`` notes ``ok`` or the error's type name.
@@ -53,20 +58,6 @@ async def line() -> str:
     return (await asyncio.to_thread(sys.stdin.readline)).strip()
 
 
-async def results(handles: Iterable[WorkflowHandle[Any]]) -> None:
-    """Wait for each run's result and note it."""
-
-    async def one(handle: WorkflowHandle[Any]) -> None:
-        try:
-            value = await handle.result()
-        except DurableError as e:
-            app.note("result", run=handle.run_id, error=type(e).__name__)
-        else:
-            app.note("result", run=handle.run_id, value=value)
-
-    await asyncio.gather(*(one(h) for h in handles))
-
-
 async def mix(engine: Engine, name: str, n: str, pause: str) -> None:
     handles = []
     for k in range(int(n)):
@@ -81,7 +72,7 @@ async def mix(engine: Engine, name: str, n: str, pause: str) -> None:
         app.note("signalled", run=s.run_id, value=value)
         app.note("cancelled", run=x.run_id, answer=await x.cancel())
         handles += [p, s, x]
-    await results(handles)
+    await app.note_results(handles)
 
 
 async def stream(engine: Engine, name: str, pause: str, every: str) -> None:
@@ -99,7 +90,26 @@ async def stream(engine: Engine, name: str, pause: str, every: str) -> None:
         handles += [p, s]
         k += 1
         await asyncio.sleep(float(every))
-    await results(handles)
+    await app.note_results(handles)
+
+
+async def plain(engine: Engine, name: str, n: str, steps: str, pause: str, every: str) -> None:
+    handles = []
+    for k in range(int(n)):
+        if k:
+            await asyncio.sleep(float(every))
+        handle = await app.plain.options(run_id=f"{name}-p{k}").start(k, int(steps), float(pause))
+        app.note("started", run=handle.run_id)
+        handles.append(handle)
+    await app.note_results(handles)
+
+
+async def adopt(engine: Engine, side: str) -> None:
+    events = app.read_events(side)
+    ended = {e["run"] for e in events if e["ev"] == "result"}
+    orphans = [e["run"] for e in events if e["ev"] == "started" and e["run"] not in ended]
+    app.note("adopting", runs=orphans)
+    await app.note_results(engine.handle(run) for run in orphans)
 
 
 async def same(engine: Engine, prefix: str, n: str, input: str) -> None:
@@ -113,7 +123,7 @@ async def same(engine: Engine, prefix: str, n: str, input: str) -> None:
         return handle
 
     handles = await asyncio.gather(*(one(f"{prefix}{i}") for i in range(int(n))))
-    await results(h for h in handles if h is not None)
+    await app.note_results(h for h in handles if h is not None)
 
 
 class FrozenLog(ObjectStore):
@@ -176,7 +186,7 @@ async def stale(engine: Engine, store: FrozenLog, run_id: str, input: str) -> No
     assert await line() == "thaw"
     store.thawed.set()
     if handle is not None:
-        await results([handle])
+        await app.note_results([handle])
 
 
 async def main(url: str, options: str, side: str, scenario: str, *args: str) -> None:
@@ -194,6 +204,10 @@ async def main(url: str, options: str, side: str, scenario: str, *args: str) -> 
             await mix(engine, *args)
         elif scenario == "stream":
             await stream(engine, *args)
+        elif scenario == "plain":
+            await plain(engine, *args)
+        elif scenario == "adopt":
+            await adopt(engine, side)
         elif scenario == "same":
             await same(engine, *args)
         elif scenario == "stale":

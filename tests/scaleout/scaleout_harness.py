@@ -24,6 +24,8 @@ from typing import Any
 
 import scaleout_app as app
 
+from durable.cluster.assignment import AssignmentChain, Table
+from durable.cluster.manifest import partition_of, partition_prefix
 from durable.decorators.archive import ARCHIVE_KEY, _decode
 from durable.decorators.codec import Codec
 from durable.decorators.journal import STEP, decode_entry, journal_prefix
@@ -31,6 +33,7 @@ from durable.decorators.runtimes import MEMO_PREFIX
 from durable.engine import keys
 from durable.engine.memo import MemoStore
 from durable.store.objects import open_object_store
+from durable.store.objects.prefixed import PrefixedObjectStore
 from durable.store.queue import QueueReader
 from durable.testing import cloud
 from durable.testing.cloud import StoreLocation
@@ -116,11 +119,20 @@ class Cluster:
         heartbeat: float = HB,
         wait: bool = True,
         commits: bool = False,
+        partitions: int | None = None,
+        submit: str | None = None,
     ) -> Proc:
         """Start a worker; returns once it noted ``member`` (it owns the store
         or stands by), or at once without ``wait`` (see `joined`). With
-        ``commits`` it notes each log object it creates (``commit``)."""
+        ``commits`` it notes each log object it creates (``commit``); with
+        ``partitions`` it is a member of the pool on a store of that many
+        partitions; ``submit`` (``NAME:N:STEPS:PAUSE``) makes it start runs
+        too (see `scaleout_worker`)."""
         flags = ["commits"] if commits else []
+        if partitions is not None:
+            flags.append(f"partitions={partitions}")
+        if submit is not None:
+            flags.append(f"submit={submit}")
         proc = self._spawn(
             [WORKER, *self.where.argv(), str(self.side), str(ttl), str(heartbeat), *flags],
             "worker",
@@ -220,22 +232,25 @@ def owner_event(proc: Proc, after: float = 0.0) -> Match:
     return lambda e: e["ev"] == "owner" and e["pid"] == proc.pid and e["t"] > after
 
 
-def expected_result(run: str) -> Any:
+def expected_result(run: str, plain_steps: int = app.PLAIN_STEPS) -> Any:
     """What a run started by `scaleout_client` ends with (its ``x`` and
-    signal; the executions are checked by `check_executions`)."""
+    signal; the executions are checked by `check_executions`); ``plain``
+    runs have ``plain_steps`` steps."""
     kind = run.rsplit("-", 1)[1]
     k = int(kind[1:])
     if kind[0] == "p":
-        return {"x": k + app.PLAIN_STEPS}
+        return {"x": k + plain_steps}
     if kind[0] == "s":
         return {"x": k + 2, "signal": f"v-{run}"}
     return "RunCancelled"
 
 
-def check_results(events: list[Event], problems: list[str]) -> dict[str, Any]:
-    """Every run a client started ended once, as expected, and each signal a
-    client sent was taken by exactly the run it was sent to, once. The
-    results by run."""
+def check_results(
+    events: list[Event], problems: list[str], plain_steps: int = app.PLAIN_STEPS
+) -> dict[str, Any]:
+    """Every run a client started ended once, as expected (``plain`` runs
+    of ``plain_steps`` steps), and each signal a client sent was taken by
+    exactly the run it was sent to, once. The results by run."""
     started = [e["run"] for e in events if e["ev"] == "started"]
     if len(set(started)) != len(started):
         problems.append("a run id was started twice")
@@ -247,7 +262,7 @@ def check_results(events: list[Event], problems: list[str]) -> dict[str, Any]:
             problems.append(f"{e['run']}: two results")
         results[e["run"]] = e.get("value", e.get("error"))
     for run in started:
-        got, want = results.get(run), expected_result(run)
+        got, want = results.get(run), expected_result(run, plain_steps)
         if isinstance(want, dict):
             if not isinstance(got, dict) or {k: got.get(k) for k in want} != want:
                 problems.append(f"{run} ended with {got!r}, expected {want!r}")
@@ -266,23 +281,32 @@ def check_results(events: list[Event], problems: list[str]) -> dict[str, Any]:
     return results
 
 
+Holder = tuple[int, int | None]
+
+
 def ownerships(
     events: list[Event], interrupted: dict[int, float]
-) -> dict[int, list[tuple[float, float | None]]]:
-    """Each worker's spans of ownership ``(from, to)``, by pid: from its
-    ``owner`` event to its next ``standby`` event, or to when it was killed or
-    paused (``interrupted``: pid -> when); ``to`` is None for one still
-    owning at the end."""
-    spans: dict[int, list[tuple[float, float | None]]] = defaultdict(list)
+) -> dict[Holder, list[tuple[float, float | None]]]:
+    """Each worker's spans of ownership ``(from, to)``, by holder ``(pid,
+    partition)`` (partition None for an unpartitioned store): from its
+    ``owner`` event to its next ``standby`` event (of the same partition
+    ``p``, on a partitioned store), or to when it was killed or paused
+    (``interrupted``: pid -> when); ``to`` is None for one still owning at
+    the end."""
+    spans: dict[Holder, list[tuple[float, float | None]]] = defaultdict(list)
     for e in events:
+        holder = (e["pid"], e.get("p"))
         if e["ev"] == "owner":
-            spans[e["pid"]].append((e["t"], None))
-        elif e["ev"] == "standby" and spans[e["pid"]] and spans[e["pid"]][-1][1] is None:
-            spans[e["pid"]][-1] = (spans[e["pid"]][-1][0], e["t"])
-    for pid, at in interrupted.items():
-        for i, (begin, end) in enumerate(spans.get(pid, [])):
+            spans[holder].append((e["t"], None))
+        elif e["ev"] == "standby" and spans[holder] and spans[holder][-1][1] is None:
+            spans[holder][-1] = (spans[holder][-1][0], e["t"])
+    for (pid, _), held in spans.items():
+        at = interrupted.get(pid)
+        if at is None:
+            continue
+        for i, (begin, end) in enumerate(held):
             if begin <= at and (end is None or end > at):
-                spans[pid][i] = (begin, at)
+                held[i] = (begin, at)
     return spans
 
 
@@ -291,16 +315,19 @@ def check_executions(
     results: dict[str, Any],
     interrupted: dict[int, float],
     problems: list[str],
+    partitions: int | None = None,
 ) -> int:
-    """Steps run only in an owner, once per ownership, and again only after
-    the ownership they ran in ended (the process was killed or paused, or
-    lost the store: ``interrupted`` names the pids killed or paused, and
+    """Steps run only in an owner (of the run's partition, on a store of
+    ``partitions``), once per ownership, and again only after the ownership
+    they ran in ended (the process was killed or paused, or lost the store
+    or partition: ``interrupted`` names the pids killed or paused, and
     when); the execution a run's result names for a step is its last (a
     journaled step never ran again). The number of re-runs."""
     spans = ownerships(events, interrupted)
 
     def span_of(e: Event) -> tuple[float, float | None] | None:
-        for begin, end in spans.get(e["pid"], []):
+        p = None if partitions is None else partition_of(e["run"], partitions)
+        for begin, end in spans.get((e["pid"], p), []):
             if begin <= e["t"] and (end is None or e["t"] < end):
                 return begin, end
         return None
@@ -339,28 +366,46 @@ def check_executions(
     return reruns
 
 
-async def journaled_executions(where: StoreLocation, runs: Iterable[str]) -> dict[str, str]:
+async def journaled_executions(
+    where: StoreLocation, runs: Iterable[str], partitions: int | None = None
+) -> dict[str, str]:
     """The execution id of every step result the store holds, by run and
     position (``"<run>/<position>" -> execution``), read through a
-    read-only view (nothing is written, nobody fenced)."""
-    reader = await QueueReader.open(where.url, storage_options=where.options)
+    read-only view of each run's store (its partition's, on a store of
+    ``partitions``): nothing is written, nobody fenced."""
+    root = await open_object_store(where.url, where.options)
+    by_store: dict[int | None, list[str]] = defaultdict(list)
+    for run in runs:
+        by_store[None if partitions is None else partition_of(run, partitions)].append(run)
+    held: dict[str, str] = {}
     try:
-        codec, held = Codec(mode="msgpack"), {}
-        memos = MemoStore(reader.reader.objects, MEMO_PREFIX)
-        for run in runs:
-            rows = reader.kv.snapshot(journal_prefix(run))
-            if not rows:  # a terminated run's journal is in its archive
-                archived = await memos.run_memo(run).get(ARCHIVE_KEY)
-                if archived is not None:
-                    rows = [(b"%d" % p, e) for p, e in _decode(archived, run).journal.items()]
-            for key, value in rows:
-                position = int(key.rsplit(b"/", 1)[-1])
-                entry = decode_entry(value, run, position)
-                if entry.kind == STEP and entry.ok is not None:
-                    held[f"{run}/{position}"] = codec.loads(entry.ok, what="a result")["e"]
-        return held
+        for p, its_runs in sorted(by_store.items(), key=lambda item: item[0] or 0):
+            objects = root if p is None else PrefixedObjectStore(root, partition_prefix(p))
+            reader = await QueueReader.open(objects)
+            try:
+                held.update(await _journaled(reader, its_runs))
+            finally:
+                await reader.close()
     finally:
-        await reader.close()
+        await root.close()
+    return held
+
+
+async def _journaled(reader: QueueReader, runs: Iterable[str]) -> dict[str, str]:
+    codec, held = Codec(mode="msgpack"), {}
+    memos = MemoStore(reader.reader.objects, MEMO_PREFIX)
+    for run in runs:
+        rows = reader.kv.snapshot(journal_prefix(run))
+        if not rows:  # a terminated run's journal is in its archive
+            archived = await memos.run_memo(run).get(ARCHIVE_KEY)
+            if archived is not None:
+                rows = [(b"%d" % p, e) for p, e in _decode(archived, run).journal.items()]
+        for key, value in rows:
+            position = int(key.rsplit(b"/", 1)[-1])
+            entry = decode_entry(value, run, position)
+            if entry.kind == STEP and entry.ok is not None:
+                held[f"{run}/{position}"] = codec.loads(entry.ok, what="a result")["e"]
+    return held
 
 
 async def buffered_signals(where: StoreLocation, keys_: Iterable[str]) -> list[str]:
@@ -401,5 +446,17 @@ async def create(where: StoreLocation, name: str, data: bytes) -> None:
     objects = await open_object_store(where.url, where.options)
     try:
         await objects.create(name, data)
+    finally:
+        await objects.close()
+
+
+async def assignment(where: StoreLocation, partitions: int) -> Table:
+    """The newest version of a partitioned store's assignment table (read
+    only: its chain is LISTed and read)."""
+    objects = await open_object_store(where.url, where.options)
+    try:
+        chain = AssignmentChain(objects, partitions)
+        await chain.load()
+        return chain.table
     finally:
         await objects.close()
