@@ -170,3 +170,36 @@ async def test_a_bulk_batch_runs_in_the_partition_of_its_group(
         assert status.succeeded == 10
         with pytest.raises(InvalidArgument, match=report.group_id):
             await Bulk(lambda group_id: None, doubled).run(range(10))
+
+
+async def _owned_partitions(engine: durable.Engine, count: int) -> set[int]:
+    """Wait until ``engine`` owns ``count`` partitions (the pool rebalanced); which."""
+
+    def owned() -> set[int]:
+        return {p for p, part in enumerate(engine.every_partition()) if part.owner}
+
+    async with asyncio.timeout(LIMIT):
+        while len(owned()) != count:
+            await asyncio.sleep(0.05)  # the pool's heartbeats run on real time
+    return owned()
+
+
+async def test_a_pool_member_starts_keyless_runs_in_partitions_it_owns(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """Run ids minted by a worker that owns some partitions land in those,
+    so its own starts commit locally (no hop through the other's inbox)."""
+    objects = make_objects()
+    timing = {"ttl": 1.0, "heartbeat": 0.2}
+    async with durable.Engine(objects, clock=clock, partitions=P, **timing) as first:
+        assert first.owner
+        async with durable.Engine(objects, clock=clock, partitions=P, **timing) as second:
+            mine = await _owned_partitions(second, P // 2)
+            handles = [await increment.start(n) for n in range(24)]  # through `second`
+            assert {partition_of(h.run_id, P) for h in handles} <= mine
+            assert [await result(h) for h in handles] == [n + 1 for n in range(24)]
+            # A run id given by the caller still goes where it hashes.
+            theirs = next(
+                f"given-{n}" for n in range(100) if partition_of(f"given-{n}", P) not in mine
+            )
+            assert await result(await increment.options(run_id=theirs).start(1)) == 2
