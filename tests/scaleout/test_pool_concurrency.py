@@ -1,15 +1,13 @@
 """Issue 15 point 4: a workflow queue's concurrency is per process, whatever
 number of partitions the process owns. Found by `benchmarks.bench_scale`:
-the prototype gives each owned partition its own `WorkflowQueues`, so a
-lone worker on 8 partitions runs 8 x the limit at once (strict xfail until
-the Engine integration fixes it; then remove the mark)."""
+the prototype gave each owned partition its own `WorkflowQueues`, so a
+lone worker on 8 partitions ran 8 x the limit at once; now every
+partition's worker of a queue shares one `Slots`."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
-
-import pytest
 
 from durable import Engine, step, workflow
 
@@ -37,7 +35,6 @@ async def one(i: int) -> int:
     return await hold(i)
 
 
-@pytest.mark.xfail(strict=True, reason="prototype: concurrency is per partition, not per process")
 async def test_a_lone_worker_on_8_partitions_runs_at_most_the_queue_limit_at_once() -> None:
     global _release
     _release = asyncio.Event()
