@@ -34,7 +34,7 @@ to 50 ms; object stores: 0.2 s to 5 s).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
 from durable.cluster.inbox import InboxWriter
@@ -245,7 +245,9 @@ class ClientQueue:
         """Refused: `ReadOnlyStore`."""
         self._refuse("claim")
 
-    async def claim_batch(self, queue: str, n: int, /) -> list[Claim]:
+    async def claim_batch(
+        self, queue: str, n: int, /, *, claimed: Callable[[int], None] | None = None
+    ) -> list[Claim]:
         """Refused: `ReadOnlyStore`."""
         self._refuse("claim")
 

@@ -473,6 +473,72 @@ async def test_loops_sharing_slots_run_at_most_the_limit_together(clock: MockClo
             await q.close()
 
 
+class HeldCreates(MemoryObjectStore):
+    """A memory store whose creates wait for ``go`` while ``hold`` is set:
+    a log flush in flight, for as long as the test wants."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.hold = False
+        self.go = asyncio.Event()
+
+    async def create(self, name: str, data: bytes) -> None:
+        if self.hold:
+            await self.go.wait()
+        await super().create(name, data)
+
+
+async def test_a_claim_waiting_for_its_jobs_creation_holds_only_the_slots_it_took(
+    clock: MockClock,
+) -> None:
+    """Loop A claims one job whose enqueue is still being flushed, and waits
+    for it to be durable; it gives the three other slots it reserved back
+    at once, so loop B runs three jobs meanwhile (before, A held all four
+    for the whole wait and B ran nothing)."""
+    hour = 3600.0
+    options = OpenOptions(
+        clock=clock, reaper_interval=hour, scheduler_interval=hour, fence_check_interval=hour
+    )
+    held = HeldCreates()
+    a, b = await Queue.open(held, options), await Queue.open(MemoryObjectStore(), options)
+    try:
+        await b.enqueue_batch("q", [b"1", b"2", b"3"])
+        held.hold = True
+        enqueue = asyncio.create_task(a.enqueue("q", b"a"))  # in memory; its flush waits
+        gate, shutdown, slots = Gate(), asyncio.Event(), Slots(4)
+
+        def loop(q: Queue) -> asyncio.Task[None]:
+            return asyncio.create_task(
+                run_worker_concurrent(
+                    q,
+                    Scripted(gate),
+                    name="q",
+                    concurrency=4,
+                    poll_interval=5.0,
+                    shutdown=shutdown,
+                    slots=slots,
+                )
+            )
+
+        tasks = [loop(a)]
+        await settle_down()  # A claimed its job and waits for the flush
+        assert (a.stats("q").claimed, slots.used) == (1, 1)
+        tasks.append(loop(b))
+        await asyncio.wait_for(gate.wait_started(3), 5.0)
+        assert gate.running == 3  # B's, while A's claim still waits
+        held.go.set()
+        await enqueue
+        await asyncio.wait_for(gate.wait_started(4), 5.0)
+        gate.release.set()
+        shutdown.set()
+        await asyncio.gather(*tasks)
+        assert (a.stats("q").done + b.stats("q").done, slots.used) == (4, 0)
+    finally:
+        held.go.set()
+        for q in (a, b):
+            await q.close()
+
+
 async def test_concurrent_claims_when_a_slot_frees(queue: Queue) -> None:
     await queue.enqueue_batch("q", [b"a", b"b", b"c"])
     releases = {p: asyncio.Event() for p in (b"a", b"b", b"c")}

@@ -14,6 +14,8 @@ logarithmic seek.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from durable._logging import get_logger
 from durable.errors import CorruptRecord, InvalidOption
 from durable.store.queue import keys
@@ -95,16 +97,32 @@ class Claimer:
             raise
         return claims
 
-    async def claim_batch(self, queue: str, n: int, lease: float | None = None) -> list[Claim]:
-        """Claim up to ``n`` jobs sharing one lease start; payloads inline."""
+    async def claim_batch(
+        self,
+        queue: str,
+        n: int,
+        lease: float | None = None,
+        *,
+        claimed: Callable[[int], None] | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``n`` jobs sharing one lease start; payloads inline.
+
+        ``claimed(k)`` is called with the number claimed as soon as the
+        claim is decided, before any wait (for the jobs' creation to be
+        durable, for payloads): a caller that reserved ``n`` of a limit it
+        shares gives the rest back at once."""
         validate_queue_name(queue)
         if isinstance(n, bool) or not isinstance(n, int) or n < 0:
             raise InvalidOption(f"n must be a non-negative int, got {n!r}")
         lease_ms = self._lease_ms(queue, lease)
         self.core.check_open()
         if n == 0:
+            if claimed is not None:
+                claimed(0)
             return []
         claims = self.claim_now(queue, n, lease_ms)
+        if claimed is not None:
+            claimed(len(claims))
         # A job is handed out only once the commit that made it pending is
         # durable (it may still be in flight: a follow-up enqueued by an ack
         # whose flush has not returned yet).

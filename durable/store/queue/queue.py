@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from durable.errors import StoreError
@@ -176,9 +176,17 @@ class Queue:
         """Claim the next pending job for ``lease`` seconds (default: the queue's)."""
         return await self._claimer.claim(queue, lease)
 
-    async def claim_batch(self, queue: str, n: int, lease: float | None = None) -> list[Claim]:
-        """Claim up to ``n`` jobs in one transaction."""
-        return await self._claimer.claim_batch(queue, n, lease)
+    async def claim_batch(
+        self,
+        queue: str,
+        n: int,
+        lease: float | None = None,
+        *,
+        claimed: Callable[[int], None] | None = None,
+    ) -> list[Claim]:
+        """Claim up to ``n`` jobs in one transaction (``claimed(k)``: told
+        how many as soon as that is decided, before any wait)."""
+        return await self._claimer.claim_batch(queue, n, lease, claimed=claimed)
 
     async def claim_with_wait(
         self, queue: str, lease: float | None = None, max_wait: float = 0.0

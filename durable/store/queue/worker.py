@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from durable._logging import get_logger
@@ -97,7 +98,9 @@ class WorkerQueue(Protocol):
 
     async def claim(self, queue: str, /) -> Claim | None: ...
 
-    async def claim_batch(self, queue: str, n: int, /) -> list[Claim]: ...
+    async def claim_batch(
+        self, queue: str, n: int, /, *, claimed: Callable[[int], None] | None = None
+    ) -> list[Claim]: ...
 
     async def wait_for_jobs_on(self, queue: str, max_wait_seconds: float, /) -> bool: ...
 
@@ -331,14 +334,22 @@ async def run_worker_concurrent(
                         freed.cancel()
                     continue
             if free > 0:
-                try:
+                if slots is None:
                     claims = await queue.claim_batch(name, free)
-                except BaseException:
-                    if slots is not None:
-                        slots.give(free)
-                    raise
-                if slots is not None:
-                    slots.give(free - len(claims))  # the slots no job took
+                else:
+                    # The slots no job took go back as soon as the claim is
+                    # decided, not after its wait: the other loops claim meanwhile.
+                    reserved = [free]
+
+                    def claimed(k: int, reserved: list[int] = reserved) -> None:
+                        slots.give(reserved[0] - k)
+                        reserved[0] = k
+
+                    try:
+                        claims = await queue.claim_batch(name, free, claimed=claimed)
+                    except BaseException:
+                        slots.give(reserved[0])
+                        raise
                 for claim in claims:
                     task = asyncio.create_task(
                         _process_and_settle(queue, worker, claim, logger),
