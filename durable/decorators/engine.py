@@ -166,7 +166,7 @@ class Engine(EngineBase):
     (``replace_codec_record=True`` records this engine's configuration
     instead, for a deliberate change; see `durable.decorators.codec_record`).
     ``concurrency`` caps the runs of each workflow queue that execute at
-    once (default 8 per queue; 0 runs none of them in this process).
+    once (default 100 per queue, per process; 0 runs none of them in this process).
     ``retention`` (seconds or a timedelta; None keeps them for ever) is how
     long a terminated run stays in the store: its result, archived journal
     and published values are then removed and its id reads as unknown

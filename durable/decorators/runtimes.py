@@ -37,8 +37,12 @@ if TYPE_CHECKING:
 
 __all__ = ["DEFAULT_CONCURRENCY", "MEMO_PREFIX", "WorkflowQueues"]
 
-#: Deliveries of one workflow queue that run at once, unless configured.
-DEFAULT_CONCURRENCY = 8
+#: Deliveries of one workflow queue that run at once in one process, unless
+#: configured: async workflows mostly wait (on the store, on their steps'
+#: I/O), and the store's group commit amortises each log write over the runs
+#: in flight (at 8, a partitioned store wrote one log object per transition
+#: per partition). Lower it per queue to protect a downstream service.
+DEFAULT_CONCURRENCY = 100
 #: The memo prefix of every workflow runtime of an engine.
 MEMO_PREFIX = "workflows-memo"
 
