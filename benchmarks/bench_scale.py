@@ -177,12 +177,11 @@ async def _load(prefix: str, runs: int, steps: int, chunk: int) -> dict[str, Any
         # Keyless starts, as user code writes them: the engine mints the id,
         # into a partition this process owns when it is a pool member (an
         # explicit id goes where it hashes, through its owner's inbox).
-        del run_id
         async with starting:
             t = time.monotonic()
             handle = await chain.start(steps)
         if await handle.result() != expected:
-            raise RuntimeError(f"run {run_id} returned a wrong result")
+            raise RuntimeError(f"run {handle.run_id} ({run_id}) returned a wrong result")
         return time.monotonic() - t
 
     t0 = time.monotonic()
