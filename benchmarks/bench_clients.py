@@ -75,7 +75,7 @@ from typing import Any
 
 from benchmarks.bench_decorators import chain
 from benchmarks.bench_steps import pct
-from benchmarks.multiproc import REPLY_TIMEOUT, CountingStore, Meter, Proc, recv
+from benchmarks.multiproc import REPLY_TIMEOUT, CountingStore, Meter, Proc, recv, until_first
 from durable import Engine
 from durable.store.objects import LocalObjectStore
 
@@ -178,12 +178,7 @@ async def _child(
         waits: set[asyncio.Task[None]] = {commands}
         if engine_role == "worker":
             waits.add(asyncio.create_task(engine.serve()))
-        done, pending = await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for task in done:
-            task.result()  # a command that failed fails the child
+        await until_first(waits)
     await store.close()
 
 

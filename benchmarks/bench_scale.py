@@ -84,7 +84,7 @@ from typing import Any
 
 from benchmarks.bench_decorators import chain
 from benchmarks.bench_steps import pct
-from benchmarks.multiproc import CountingStore, Meter, Proc, recv
+from benchmarks.multiproc import CountingStore, Meter, Proc, recv, until_first
 from durable import Engine
 from durable.cluster.manifest import partition_of
 from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL
@@ -234,13 +234,7 @@ async def _child(
         probes = None if partitions == 1 else _probes(partitions)
         conn.send(("ready", os.getpid()))
         commands = asyncio.create_task(_commands(engine, store, probes, conn))
-        serve = asyncio.create_task(engine.serve())
-        done, pending = await asyncio.wait({commands, serve}, return_when=asyncio.FIRST_COMPLETED)
-        for task in pending:
-            task.cancel()
-        await asyncio.gather(*pending, return_exceptions=True)
-        for task in done:
-            task.result()  # a command that failed fails the child
+        await until_first({commands, asyncio.create_task(engine.serve())})
     await store.close()
 
 

@@ -107,6 +107,18 @@ async def recv(conn: Connection) -> Any:
     return conn.recv()
 
 
+async def until_first(tasks: set[asyncio.Task[None]]) -> None:
+    """Wait for the first of a child's ``tasks`` (its command loop, its
+    ``engine.serve()``) to end, cancel the others, and raise what a task
+    that ended raised (a command that failed fails the child)."""
+    done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:
+        task.result()
+
+
 class Meter:
     """A process's object calls and CPU over a window opened by `begin`."""
 

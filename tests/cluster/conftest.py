@@ -1,4 +1,5 @@
-"""Fixtures of the inbox tests: a `MockClock` and owners opened on the shared store.
+"""Fixtures of the inbox tests: a `MockClock`, owners opened on the shared
+store, and the two-partition `cluster` of the signal-routing tests.
 
 The queue's reaper, scheduler and fence check sleep an hour, so tests decide
 alone when scheduled steps come due. Every owner opened is closed at teardown
@@ -11,7 +12,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
-from cluster_helpers import Opener, Owner, open_owner
+from cluster_helpers import Factory, Opener, Owner, open_owner
+from signal_cluster import SignalCluster
 
 from durable.store.clock import MockClock
 from durable.store.objects.base import ObjectStore
@@ -37,3 +39,15 @@ async def owner_of(clock: MockClock) -> AsyncIterator[Opener]:
     for owner in reversed(opened):
         await owner.applier.stop()
         await owner.queue.close()
+
+
+@pytest.fixture(params=[True, False], ids=["direct", "objects"])
+async def cluster(
+    request: pytest.FixtureRequest, make_objects: Factory, clock: MockClock
+) -> AsyncIterator[SignalCluster]:
+    """Two partitions of a store with signals routed between them, both
+    opened (messages applied at once, or through inbox objects)."""
+    cl = SignalCluster(make_objects(), 2, clock, direct=request.param)
+    await cl.open_all()
+    yield cl
+    await cl.close()

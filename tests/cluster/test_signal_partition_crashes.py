@@ -18,8 +18,6 @@ give-back staged; a register staged in a settlement whose partition dies.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import pytest
 from cluster_helpers import Factory
 from signal_cluster import TIMEOUT, Part, SignalCluster, buffer_of, index_of, name_in
@@ -31,23 +29,6 @@ from durable.testing import FaultyObjectStore
 
 P = 2
 A, H = 0, 1
-
-
-@pytest.fixture
-def clock() -> MockClock:
-    """The clock of every partition."""
-    return MockClock()
-
-
-@pytest.fixture(params=[True, False], ids=["direct", "objects"])
-async def cluster(
-    request: pytest.FixtureRequest, make_objects: Factory, clock: MockClock
-) -> AsyncIterator[SignalCluster]:
-    """Both partitions opened; each test reopens the one it crashes."""
-    cl = SignalCluster(make_objects(), P, clock, direct=request.param)
-    await cl.open_all()
-    yield cl
-    await cl.close()
 
 
 RUN, KEY = name_in(A, P, "run"), name_in(H, P, "key")

@@ -18,9 +18,7 @@ direct applies; the loops running on their own.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 
-import pytest
 from cluster_helpers import Factory
 from signal_cluster import (
     QUEUE,
@@ -43,23 +41,6 @@ P = 2
 #: The run's partition and the key's home in the cross-partition tests.
 A, H = 0, 1
 DELIVERED, BUFFERED, SENT = SignalOutcome.DELIVERED, SignalOutcome.BUFFERED, SignalOutcome.SENT
-
-
-@pytest.fixture
-def clock() -> MockClock:
-    """The clock of every partition."""
-    return MockClock()
-
-
-@pytest.fixture(params=[True, False], ids=["direct", "objects"])
-async def cluster(
-    request: pytest.FixtureRequest, make_objects: Factory, clock: MockClock
-) -> AsyncIterator[SignalCluster]:
-    """Both partitions opened (messages applied at once, or through inbox objects)."""
-    cl = SignalCluster(make_objects(), P, clock, direct=request.param)
-    await cl.open_all()
-    yield cl
-    await cl.close()
 
 
 def run_in(p: int, stem: str = "run") -> str:
