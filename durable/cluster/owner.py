@@ -318,6 +318,17 @@ class Ownership:
         if self._releasing or not self._started:
             return
         self._releasing = True
+        try:
+            await self._release()
+        except BaseException:
+            # Cancelled (a caller's timeout) or failed part-way: leave as a crash
+            # would, but say so, or the heartbeat would keep this member alive
+            # (and its standbys waiting) for ever.
+            await self._abandon(f"member {self.member_id} stopped while leaving")
+            raise
+
+    async def _release(self) -> None:
+        """`release` once it began."""
         while self._bg:  # a loss in progress: ``on_lose`` first
             await asyncio.gather(*self._bg, return_exceptions=True)
         error: Exception | None = None
@@ -335,6 +346,18 @@ class Ownership:
         self._log.info("released membership")
         if error is not None:
             raise error
+
+    async def _abandon(self, reason: str) -> None:
+        """Stop the writer (no callback: the engine is closing) and every task,
+        then let go as a release does (best effort), so a standby takes over
+        at once: the stopped writer commits nothing more."""
+        writer, self._writer = self._writer, None
+        if writer is not None and writer.failure is None:
+            writer.stop(self._self_fenced(reason))
+        self._set_state(State.CLIENT)
+        await stop_tasks(self._loops, self._bg)
+        await self._let_go(released=True)
+        self._log.warning("left abruptly", reason=reason)
 
     async def abort(self) -> None:
         """Stop every task of this member at once and write nothing, like a

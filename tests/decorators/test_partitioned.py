@@ -76,9 +76,13 @@ async def test_a_lone_engine_owns_every_partition_again_after_another_closed(
             assert await result(await increment.start(n)) == n + 1
 
 
+@pytest.mark.parametrize("partitions", [P, None], ids=["partitioned", "unpartitioned"])
 async def test_an_engine_whose_close_was_cancelled_lets_the_next_own_at_once(
-    make_objects: Factory, clock: MockClock
+    make_objects: Factory, clock: MockClock, partitions: int | None
 ) -> None:
+    def partitioned(make_objects: Factory, clock: MockClock) -> durable.Engine:
+        return durable.Engine(make_objects(), clock=clock, partitions=partitions)
+
     engine = partitioned(make_objects, clock)
     await engine.__aenter__()
     handle = await waits_in_a_step.start(7)
