@@ -35,16 +35,20 @@ _CHILD = textwrap.dedent(
     import asyncio, os, sys, time
     from durable.store.objects import LocalObjectStore
 
+    def say(line: str) -> None:
+        # One write(2) per line (atomic on a pipe): two processes share it.
+        os.write(1, (line + "\\n").encode())
+
     async def main() -> None:
         lock = await LocalObjectStore(sys.argv[1]).try_lock(sys.argv[2])
         if sys.argv[3] == "fork" and lock is not None:
             pid = os.fork()
             if pid == 0:  # a child that outlives its parent, holding its files
-                print("forked", flush=True)  # after the at-fork hooks ran
+                say("forked")  # after the at-fork hooks ran
                 time.sleep(600)
                 os._exit(0)
-            print(pid, flush=True)
-        print("locked" if lock is not None else "refused", flush=True)
+            say(str(pid))
+        say("locked" if lock is not None else "refused")
         time.sleep(600)
 
     asyncio.run(main())
