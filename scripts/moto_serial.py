@@ -1,4 +1,4 @@
-"""moto's S3 server with one request applied at a time (run by scripts/emulators.py).
+"""moto's S3 server with one write applied at a time (run by scripts/emulators.py).
 
 moto_server serves each request on its own thread, and its conditional PUT
 (``If-None-Match: *``) checks for the key and then stores it without a lock:
@@ -6,9 +6,10 @@ two racing creates of one key can both succeed. Real S3 applies a
 conditional write atomically, and the tests rely on that (one winner per
 create race, one owner per version). This launcher runs moto's own WSGI
 application under werkzeug as moto_server does, behind a middleware that
-holds one lock while a request is applied and its response is produced,
-which makes every request atomic as S3's are. moto is in memory and fast, so
-serving one request at a time costs the tests little.
+holds one lock while a write is applied and its response is produced,
+which makes writes atomic with respect to each other as S3's are (a
+conditional PUT checks and stores under the lock). Reads do not take it, so
+the polling of many processes does not queue behind the writes.
 
     python scripts/moto_serial.py -H 127.0.0.1 -p 5000
 """
@@ -34,21 +35,28 @@ WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 
 
 class Serialized:
-    """A WSGI middleware: one request at a time through ``app``, body included."""
+    """A WSGI middleware: one write (PUT, POST, DELETE) at a time through
+    ``app``, body included; reads (GET, HEAD) run beside them, as moto's
+    lookups of its in-memory buckets are single dictionary reads."""
 
     def __init__(self, app: WsgiApp) -> None:
         self.app = app
         self.lock = threading.Lock()
 
     def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        if environ.get("REQUEST_METHOD") in ("GET", "HEAD"):  # reads need no turn
+            return self._apply(environ, start_response)
         with self.lock:
-            result = self.app(environ, start_response)
-            try:
-                return list(result)
-            finally:
-                close = getattr(result, "close", None)
-                if close is not None:
-                    close()
+            return self._apply(environ, start_response)
+
+    def _apply(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> list[bytes]:
+        result = self.app(environ, start_response)
+        try:
+            return list(result)
+        finally:
+            close = getattr(result, "close", None)
+            if close is not None:
+                close()
 
 
 def main(argv: list[str] | None = None) -> None:
