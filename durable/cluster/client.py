@@ -43,7 +43,7 @@ from durable.engine.delivery import StepRunner
 from durable.engine.groups import GroupRetention
 from durable.engine.hooks import TerminalHook
 from durable.engine.records import GroupMembership, input_digest
-from durable.engine.runs import RunEnd, RunSpec, SubmitOutcome, Terminated
+from durable.engine.runs import RunSpec, SubmitOutcome, Terminated
 from durable.engine.runtime import RuntimeOptions, WorkerHandle, WorkflowRuntime
 from durable.engine.signals import SignalOutcome
 from durable.errors import InputMismatch, InvalidArgument, ReadOnlyStore
@@ -65,7 +65,6 @@ from durable.store.queue import (
 )
 from durable.store.queue.leases import Claim
 from durable.store.queue.view import QueueView
-from durable.store.queue.wakeups import wait_or_sleep
 
 if TYPE_CHECKING:
     from durable.engine.access import RunWriter
@@ -311,6 +310,7 @@ class ClientRuntime(WorkflowRuntime):
         #: The client store this runtime reads and sends requests through.
         self.client = queue
         self.group_markers = _ClientGroupMarks(self)
+        self.pending_starts = queue.started  # kept by an owner that takes over
 
     async def submit_member(
         self,
@@ -379,49 +379,24 @@ class ClientRuntime(WorkflowRuntime):
             raise InvalidArgument("internal KV writes ride the owner's own operations")
         status = self.status(run_id)
         if status is None and run_id not in self.client.started:
-            return False
+            await self.catch_up(run_id)
+            status = self.status(run_id)
+            if status is None:
+                return False
         if status is not None and isinstance(status.state, Terminated):
             return False
         await self.client.inbox.cancel(self.options.queue_name, run_id)
         self.client.follower.wake()
         return True
 
-    def pending_input(self, run_id: str) -> bytes | None:
-        """The input of run ``run_id`` if this client submitted it and the
-        view does not show it yet (the owner has not applied the request)."""
-        if self.view.status(run_id) is not None:
-            self.client.started.pop(run_id, None)  # visible: no longer pending
-            return None
-        return self.client.started.get(run_id)
-
-    async def until_visible(self, run_id: str, timeout: float | None) -> None:  # noqa: ASYNC109
-        """Wait until the view shows run ``run_id``, if this client submitted it
-        (`TimeoutError` after ``timeout`` seconds of the runtime's clock)."""
-        if self.pending_input(run_id) is None:
-            return
-        clock = self.clock
-        deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
-        kv, key = self.queue.kv, keys.pointer_key(run_id)
-        while self.view.status(run_id) is None:
-            fut = kv.watch(key)  # no await since the read
-            try:
-                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
-                if not await wait_or_sleep(clock, fut, left):
-                    raise TimeoutError(f"run {run_id!r} did not start within {timeout} s")
-                fut.result()
-            finally:
-                kv.unwatch(key, fut)
-
-    async def wait_timeout(self, run_id: str, timeout: float | None) -> RunEnd | None:  # noqa: ASYNC109
-        """As `WorkflowRuntime.wait_timeout`; a run this client started waits
-        first for the owner to apply its submission (`until_visible`)."""
-        if self.pending_input(run_id) is not None:
-            clock = self.clock
-            deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
-            await self.until_visible(run_id, timeout)
-            if deadline is not None:
-                timeout = max(deadline - clock.now_ms(), 0) / 1000
-        return await super().wait_timeout(run_id, timeout)
+    async def catch_up(self, run_id: str) -> None:
+        """The view reads the log once more (a poll that begins now), so a
+        run another process started, or this one started as the owner
+        before it lost the store, is not reported unknown because the view
+        had not seen it yet."""
+        follower = self.client.follower
+        follower.wake()
+        await follower.refreshed()
 
     def spawn(self) -> WorkerHandle:
         """Refused: a client runs nothing (`ReadOnlyStore`)."""

@@ -60,6 +60,7 @@ async def fork_run(
     naming the run for a ``from_step`` out of range or a ``new_run_id``
     already in use."""
     validate_run_id(run_id)
+    await engine.for_run(run_id).workflows.default.until_visible(run_id, None)
     payload = await load_invocation(engine, run_id)
     if payload is None:
         runtime = engine.for_run(run_id).workflows.default

@@ -49,8 +49,13 @@ class OwnerMode(Mode):
 
     owner = True
 
-    def __init__(self, queue: Queue) -> None:
+    def __init__(self, queue: Queue, pending: dict[str, bytes] | None = None) -> None:
         self._queue = queue
+        #: The runs this process asked the previous owner to start, as a
+        #: client, that the store may not show yet (`ClientQueue.started`):
+        #: its runtimes wait for them (`WorkflowRuntime.pending_starts`)
+        #: while the inbox applier applies the requests.
+        self.pending = pending if pending is not None else {}
 
     @property
     def queue(self) -> Queue:
@@ -61,7 +66,9 @@ class OwnerMode(Mode):
         self, runner: StepRunner, hook: TerminalHook | None, options: RuntimeOptions
     ) -> WorkflowRuntime:
         """A runtime that runs work (`WorkflowRuntime`)."""
-        return WorkflowRuntime(self._queue, runner, hook, options)
+        runtime = WorkflowRuntime(self._queue, runner, hook, options)
+        runtime.pending_starts = self.pending
+        return runtime
 
 
 class ClientMode(Mode):

@@ -94,8 +94,10 @@ def signal_home(key: str, partitions: int) -> int:
 class _RoutedOwnerMode(OwnerMode):
     """An owned partition's mode: its runtimes' signals take ``route``."""
 
-    def __init__(self, queue: Queue, route: PartitionSignalRoute) -> None:
-        super().__init__(queue)
+    def __init__(
+        self, queue: Queue, route: PartitionSignalRoute, pending: dict[str, bytes]
+    ) -> None:
+        super().__init__(queue, pending)
         self._route = route
 
     def runtime(
@@ -228,7 +230,7 @@ class PartitionStore(StoreSession):
             route = PartitionSignalRoute(
                 facade.partition, partitions, outbox, lambda key: signal_home(key, partitions)
             )
-            mode = _RoutedOwnerMode(mode.queue, route)
+            mode = _RoutedOwnerMode(mode.queue, route, mode.pending)
             self._outbox = outbox
         await super()._enter(mode)
         if self._outbox is not None:

@@ -204,7 +204,8 @@ class StoreSession:
             )
             async with self._switch:
                 await self._leave(drain=False)
-                await self._enter(OwnerMode(queue))
+                pending = self._client.started if self._client is not None else None
+                await self._enter(OwnerMode(queue, pending))
                 self._applier = InboxApplier(objects, queue.kv, self.runtime_of_queue, engine.clock)
                 self._applier.start()
         except BaseException:

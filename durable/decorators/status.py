@@ -130,6 +130,8 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
     """The `WorkflowStatus` of run ``run_id``; None if the store does not know it."""
     engine = engine.for_run(run_id)
     runtime = engine.workflows.default
+    if runtime.status(run_id) is None and runtime.pending_input(run_id) is None:
+        await runtime.catch_up(run_id)  # a client's view may not have seen it yet
     view = runtime.view
     kv = engine.queue.kv.internal()
     # Everything up to the first await reads one state of the store's memory.

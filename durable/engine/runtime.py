@@ -201,6 +201,10 @@ class WorkflowRuntime:
         #: keys, e.g. the decorators' journal): read when the run's memo
         #: retention passes and deleted with its terminal record. None: none.
         self.run_keys: Callable[[str], Iterable[bytes]] | None = None
+        #: Runs this process asked a store's owner to start (through the
+        #: inbox) that this runtime does not show yet: run id -> input
+        #: (`pending_input`). A client's; kept by an owner that took over.
+        self.pending_starts: dict[str, bytes] = {}
         self._dead_seen = -1
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
 
@@ -297,15 +301,42 @@ class WorkflowRuntime:
         return self.view.status(run_id)
 
     def pending_input(self, run_id: str) -> bytes | None:
-        """The input of run ``run_id`` if this process submitted it and the
-        store does not show it yet; always None here (a submission is on the
-        store when `submit` returns). A runtime of a process that does not
-        own the store answers otherwise (`durable.cluster.client`)."""
-        return None
+        """The input of run ``run_id`` if this process asked the store's owner
+        to start it (`pending_starts`: a client's submission goes through the
+        inbox) and this runtime does not show it yet; else None."""
+        if not self.pending_starts:
+            return None
+        if self.view.status(run_id) is not None:
+            self.pending_starts.pop(run_id, None)  # visible: no longer pending
+            return None
+        return self.pending_starts.get(run_id)
+
+    async def catch_up(self, run_id: str) -> None:
+        """Make sure that `status` not showing run ``run_id`` means the store
+        does not hold it: nothing to do here (an owner's memory is the
+        store); a client's view reads the log once more
+        (`durable.cluster.client.ClientRuntime`)."""
 
     async def until_visible(self, run_id: str, timeout: float | None) -> None:  # noqa: ASYNC109
-        """Return once run ``run_id``'s submission, if this process made it,
-        shows in `status` (at once here; see `pending_input`)."""
+        """Return once `status` shows run ``run_id`` if this process submitted
+        it (`pending_input`; `TimeoutError` after ``timeout`` seconds of the
+        runtime's clock), or once `catch_up` made sure it is unknown."""
+        if self.pending_input(run_id) is None:
+            if self.view.status(run_id) is None:
+                await self.catch_up(run_id)
+            return
+        clock = self.clock
+        deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+        kv, key = self.queue.kv, keys.pointer_key(run_id)
+        while self.view.status(run_id) is None:
+            fut = kv.watch(key)  # no await since the read
+            try:
+                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
+                if not await wait_or_sleep(clock, fut, left):
+                    raise TimeoutError(f"run {run_id!r} did not start within {timeout} s")
+                fut.result()
+            finally:
+                kv.unwatch(key, fut)
 
     async def outcome(self, run_id: str) -> RunOutcome | None:
         """The committed outcome of a terminated run (None while active)."""
@@ -325,6 +356,7 @@ class WorkflowRuntime:
         validate_run_id(run_id)
         clock = self.clock
         deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+        await self.until_visible(run_id, timeout)
         kv = self.queue.kv
         key = keys.outcome_key(run_id)
         while True:

@@ -16,7 +16,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 
 import pytest
-from decorator_helpers import LIMIT, Factory, applier_of, make_engine, wait_started
+from decorator_helpers import LIMIT, PARTITIONS, Factory, applier_of, make_engine, wait_started
 
 import durable
 from durable.decorators.engine import Engine
@@ -207,3 +207,30 @@ async def test_a_client_of_a_store_no_worker_opened_says_to_start_one(tmp_path: 
             pass
     assert str(store) in str(info.value)
     assert not store.exists() or not any(store.rglob("*"))
+
+
+@pytest.mark.skipif(PARTITIONS is not None, reason="one store, one owner (a pool: tests/scaleout)")
+async def test_a_standby_that_takes_over_waits_for_the_runs_it_asked_for(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """A standby starts a run through the inbox; the owner leaves before it
+    applied the request; the standby takes over: ``result()`` waits while
+    its own applier applies the request (the run is not "not found")."""
+    owner = make_engine(make_objects, clock)
+    await owner.__aenter__()
+    try:
+        async with make_engine(make_objects, clock) as standby:
+            assert not standby.owner
+            applier = applier_of(owner, "asked")
+            assert applier is not None
+            await applier.stop()  # the request waits in the inbox
+            handle = await pipeline.options(run_id="asked").start(4)
+            status = await handle.status()
+            assert status is not None
+            assert status.state == "PENDING"
+            await owner.__aexit__(None, None, None)
+            await standby.wait_owner(True, timeout=LIMIT)
+            assert await asyncio.wait_for(handle.result(), LIMIT) == 9
+    finally:
+        if owner.running:
+            await owner.__aexit__(None, None, None)
