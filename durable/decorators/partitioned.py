@@ -57,6 +57,8 @@ from durable.store.ids import IdGenerator
 from durable.store.objects.prefixed import PrefixedObjectStore
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from durable.decorators.engine import Engine
     from durable.decorators.handles import WorkflowHandle
     from durable.decorators.modes import Mode
@@ -294,12 +296,14 @@ class PartitionedSession:
         self.role = role
         self._ttl, self._heartbeat = ttl, heartbeat
         self.facades = [PartitionEngine(engine, p) for p in range(self.partitions)]
+        self._changed = asyncio.Event()  # set when a partition's mode changes here
         self._prefixed = [
             PrefixedObjectStore(objects, partition_prefix(p)) for p in range(self.partitions)
         ]
         for p, facade in enumerate(self.facades):
             facade.store = PartitionStore(facade, self._prefixed[p], role)
             facade.store.route_signals(self.partitions, self.destination)
+            facade.store.on_change = self._changed.set
         self._pool: PoolMember | None = None
         self._ids = IdGenerator(engine.clock)
         self._closing = False
@@ -408,11 +412,20 @@ class PartitionedSession:
 
     async def wait_for_owner(self, owner: bool) -> None:
         """Wait until this engine owns every partition (``owner``) or none."""
-        while True:
+
+        def reached() -> bool:
             owned = [f.owner for f in self.facades]
-            if (all(owned) if owner else not any(owned)) and self.opened:
-                return
-            await asyncio.sleep(0.05)
+            return (all(owned) if owner else not any(owned)) and self.opened
+
+        await self.wait_until(reached)
+
+    async def wait_until(self, predicate: Callable[[], bool]) -> None:
+        """Wait until ``predicate()`` holds, checked again each time a
+        partition changes mode here (owned, lost, released, reached as a
+        client): no polling."""
+        while not predicate():
+            self._changed.clear()  # no await since the check: no change slips by
+            await self._changed.wait()
 
     # ------------------------------------------------------------ the pool
 

@@ -97,6 +97,8 @@ class StoreSession:
         self._applier: InboxApplier | None = None
         self._switch = asyncio.Lock()
         self._changed = asyncio.Condition()
+        #: Called whenever the mode changes (entered, or left).
+        self.on_change: Callable[[], None] | None = None
 
     # ------------------------------------------------------------- state
 
@@ -268,6 +270,8 @@ class StoreSession:
         await engine.start_services()
         async with self._changed:
             self._changed.notify_all()
+        if self.on_change is not None:
+            self.on_change()
 
     async def _leave(self, *, drain: bool) -> None:
         """Stop the current mode: the applier, the workflows (drained, or
@@ -288,6 +292,8 @@ class StoreSession:
                 errors.append(e)
         errors += await self._engine.stop_services(abort=not drain)
         self._mode = None
+        if self.on_change is not None:
+            self.on_change()
         if isinstance(mode, OwnerMode):
             await mode.queue.close()
         self._engine.record_errors(errors)

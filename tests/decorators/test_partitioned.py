@@ -14,6 +14,7 @@ from durable.cluster.manifest import partition_of
 from durable.decorators.jobs import job
 from durable.decorators.jobs.mapping import group_id_for_key
 from durable.decorators.jobs.service import runner_for
+from durable.decorators.partitioned import PartitionedSession
 from durable.engine import keys
 from durable.engine.bulk import Bulk, BulkContext
 from durable.engine.cron import CronScheduler
@@ -182,9 +183,10 @@ async def _owned_partitions(engine: durable.Engine, count: int) -> set[int]:
     def owned() -> set[int]:
         return {p for p, part in enumerate(engine.every_partition()) if part.owner}
 
-    async with asyncio.timeout(LIMIT):
-        while len(owned()) != count:  # noqa: ASYNC110 (no event for a partition moving)
-            await asyncio.sleep(0.05)  # the pool's heartbeats run on real time
+    session = engine._session
+    assert isinstance(session, PartitionedSession)
+    async with asyncio.timeout(LIMIT):  # the pool's heartbeats run on real time
+        await session.wait_until(lambda: len(owned()) == count)
     return owned()
 
 
