@@ -282,18 +282,7 @@ def pool_run(where: StoreLocation, workdir: Path) -> None:
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize(
     "backend",
-    [
-        "local",
-        # Known open defect (design/issue-15.md, "Open" item 0): on S3 under the
-        # parallel suite, 1 CI run in 4 ended a worker's runs with RunNotFound.
-        pytest.param(
-            "s3",
-            marks=[
-                pytest.mark.emulator,
-                pytest.mark.xfail(strict=False, reason="issue 15 open: RunNotFound on S3"),
-            ],
-        ),
-    ],
+    ["local", pytest.param("s3", marks=pytest.mark.emulator)],
 )
 def test_a_pool_of_workers_survives_a_kill_a_pause_and_a_join(backend: str, tmp_path: Path) -> None:
     pool_run(location(backend, tmp_path), tmp_path)
