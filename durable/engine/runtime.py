@@ -325,18 +325,27 @@ class WorkflowRuntime:
             if self.view.status(run_id) is None:
                 await self.catch_up(run_id)
             return
-        clock = self.clock
-        deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
-        kv, key = self.queue.kv, keys.pointer_key(run_id)
+        deadline = None if timeout is None else self.clock.now_ms() + round(timeout * 1000)
+        key = keys.pointer_key(run_id)
         while self.view.status(run_id) is None:
-            fut = kv.watch(key)  # no await since the read
-            try:
-                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
-                if not await wait_or_sleep(clock, fut, left):
-                    raise TimeoutError(f"run {run_id!r} did not start within {timeout} s")
-                fut.result()
-            finally:
-                kv.unwatch(key, fut)
+            await self._next_write(
+                key, deadline, f"run {run_id!r} did not start within {timeout} s"
+            )
+
+    async def _next_write(self, key: bytes, deadline: int | None, late: str) -> None:
+        """Wait for the next commit that writes KV ``key``; `TimeoutError`
+        saying ``late`` at ``deadline`` (ms of the runtime's clock; None: no
+        limit). The watch is set before the first await: call it right after
+        the read it follows, and no write slips between."""
+        kv, clock = self.queue.kv, self.clock
+        fut = kv.watch(key)
+        try:
+            left = None if deadline is None else (deadline - clock.now_ms()) / 1000
+            if not await wait_or_sleep(clock, fut, left):
+                raise TimeoutError(late)
+            fut.result()
+        finally:
+            kv.unwatch(key, fut)
 
     async def outcome(self, run_id: str) -> RunOutcome | None:
         """The committed outcome of a terminated run (None while active)."""
@@ -357,7 +366,6 @@ class WorkflowRuntime:
         clock = self.clock
         deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
         await self.until_visible(run_id, timeout)
-        kv = self.queue.kv
         key = keys.outcome_key(run_id)
         while True:
             status = self.view.status(run_id)
@@ -366,14 +374,8 @@ class WorkflowRuntime:
             if isinstance(status.state, Terminated):
                 await self.queue.writer.flush()  # memory may be ahead of the store
                 return RunEnd(status.state.termination, await self.view.outcome(run_id))
-            fut = kv.watch(key)  # no await since the read: no write slips through
-            try:
-                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
-                if not await wait_or_sleep(clock, fut, left):
-                    raise TimeoutError(f"run {run_id!r} did not terminate within {timeout} s")
-                fut.result()
-            finally:
-                kv.unwatch(key, fut)
+            late = f"run {run_id!r} did not terminate within {timeout} s"
+            await self._next_write(key, deadline, late)  # no await since the read
 
     # --------------------------------------------------------------- cancel
 
