@@ -454,7 +454,7 @@ def main(argv: list[str]) -> dict[str, Any]:
     parser.add_argument(
         "--concurrency",
         type=int,
-        help="runs of the workflow queue at once per engine (default: the Engine's, 8)",
+        help="runs of the workflow queue at once per engine (default: the Engine's, 100)",
     )
     args = parser.parse_args(argv)
     quick: bool = args.quick
