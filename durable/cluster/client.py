@@ -72,6 +72,10 @@ if TYPE_CHECKING:
 __all__ = ["ClientQueue", "ClientRuntime"]
 
 
+#: `ClientQueue.started` is pruned of visible runs once it holds this many.
+_PRUNE_FLOOR = 1024
+
+
 class _ClientWriter:
     """The `RunWriter` of a client: its objects; nothing of its own to flush."""
 
@@ -107,10 +111,23 @@ class ClientQueue:
         #: The runs this client submitted that its view did not show yet when
         #: last asked: run id -> input (`ClientRuntime.pending_input`).
         self.started: dict[str, bytes] = {}
+        self._prune_at = _PRUNE_FLOOR
         #: Keeps the view caught up with the log (started by `open`).
         self.follower = follower if follower is not None else Follower(reader.reader)
         #: Where this client's requests go.
         self.inbox = InboxWriter(self._objects, clock, retry_seconds=retry_seconds)
+
+    def remember_start(self, run_id: str, input: bytes, visible: Callable[[str], bool]) -> None:
+        """Note that this client asked for run ``run_id`` (`started`). The
+        runs the view shows (``visible``) are dropped each time the map has
+        doubled (amortised O(1)), so a process that starts runs and never
+        looks at them holds only those the owner has not applied yet."""
+        started = self.started
+        started[run_id] = input
+        if len(started) >= self._prune_at:
+            for known in [r for r in started if visible(r)]:
+                del started[known]
+            self._prune_at = max(_PRUNE_FLOOR, 2 * len(started))
 
     @classmethod
     async def open(
@@ -344,7 +361,7 @@ class ClientRuntime(WorkflowRuntime):
         new = await self.client.inbox.submit(
             self.options.queue_name, spec, member, internal, once=once
         )
-        self.client.started[run_id] = spec.input
+        self.client.remember_start(run_id, spec.input, lambda r: self.view.status(r) is not None)
         self.client.follower.wake()
         return SubmitOutcome(run_id, "", new)
 

@@ -180,3 +180,28 @@ async def test_a_client_whose_view_lags_does_not_call_a_run_unknown(
     await owner.runtime.submit(RunSpec(b"x", run_id="later"))
     assert await client.cancel("later") is True  # seen after one more read: sent
     assert await asyncio.wait_for(client.wait("nobody"), LIMIT) is None
+
+
+async def test_a_client_that_starts_runs_and_never_looks_holds_only_the_unapplied(
+    make_objects: Factory, owner_of: Opener, client_of: object, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A web server that starts runs and hands their ids elsewhere: its
+    # memory of the runs it asked for drops those its view shows, each time
+    # that memory has doubled (here from 8).
+    import durable.cluster.client as client_module
+
+    monkeypatch.setattr(client_module, "_PRUNE_FLOOR", 8)
+    owner = await owner_of(make_objects(), echo)
+    worker = await serving(owner)
+    client = await client_of(make_objects())  # type: ignore[operator]
+    for i in range(7):
+        await client.submit(RunSpec(b"x", run_id=f"fire-{i}"))
+    assert len(client.client.started) == 7
+    for i in range(7):  # applied and seen by the client's view
+        await asyncio.wait_for(client.until_visible(f"fire-{i}", None), LIMIT)
+        client.client.started[f"fire-{i}"] = b"x"  # as if never looked at
+    await client.submit(RunSpec(b"x", run_id="fire-7"))  # the 8th: a prune
+    assert set(client.client.started) <= {"fire-7"}
+    await client.submit(RunSpec(b"x", run_id="fire-8"))
+    assert "fire-8" in client.client.started
+    await worker.shutdown()  # type: ignore[attr-defined]
