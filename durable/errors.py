@@ -153,8 +153,8 @@ __all__ = [
     "UnknownWorkflow",
     "UnsupportedFormat",
     "UntrustedPayload",
-    "WorkflowError",
     "WorkerLost",
+    "WorkflowError",
     "WorkflowFailed",
 ]
 
