@@ -1,6 +1,7 @@
 """Fixtures of the executor tests: the mock clock, and an in-process Dask
-cluster (two workers of one thread each; it starts in a few milliseconds,
-so each test gets its own and none sees another's tasks)."""
+cluster (two workers of one thread each, its HTTP server on a free port; it
+starts in a few milliseconds, so each test gets its own and none sees
+another's tasks)."""
 
 from __future__ import annotations
 
@@ -41,7 +42,7 @@ async def cluster() -> AsyncIterator[distributed.LocalCluster]:
         processes=False,
         n_workers=2,
         threads_per_worker=1,
-        dashboard_address=None,
+        dashboard_address=":0",  # None still serves HTTP, on 8787: clashes across xdist workers
         asynchronous=True,
     ) as cluster:
         yield cluster
