@@ -63,6 +63,10 @@ DurableError
     ├── UnknownWorkflow              a run of a workflow this process does not know
     ├── NonDeterminismError          a replay called another step than the journal
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
+    ├── UnknownExecutor              a step names an executor its engine was not given
+    │                                (also LookupError; permanent)
+    ├── WorkerLost                   a step body's worker, connection or scheduler was
+    │                                lost before it answered (transient)
     ├── RunStalled                   a run's deliveries ended again and again without
     │                                progress (a poison run); the run failed
     ├── RunCancelled                 the run was cancelled
@@ -145,9 +149,11 @@ __all__ = [
     "StoreError",
     "StoreNotFound",
     "StoreNotInitialized",
+    "UnknownExecutor",
     "UnknownWorkflow",
     "UnsupportedFormat",
     "UntrustedPayload",
+    "WorkerLost",
     "WorkflowError",
     "WorkflowFailed",
 ]
@@ -915,6 +921,44 @@ class StepMaybeExecutedError(WorkflowError):
         self.run_id = run_id
         self.position = position
         self.name = name
+
+
+class UnknownExecutor(WorkflowError, LookupError):
+    """A ``@step`` or ``@job`` names an executor its `Engine` was not given
+    (``Engine(executors=...)``). Permanent: the step fails without running,
+    whatever its retry policy."""
+
+    def __init__(self, executor: str, what: str, known: list[str]) -> None:
+        super().__init__(
+            f"{what} runs on executor {executor!r}, but this Engine has only "
+            f"{', '.join(repr(k) for k in known)}: pass Engine(executors={{{executor!r}: ...}})"
+        )
+        self.executor = executor
+        self.what = what
+        self.known = known
+
+
+class WorkerLost(WorkflowError):
+    """The body of a step (or job) was lost on its executor before it
+    answered: its worker died (Dask's ``KilledWorker``), the connection
+    closed, or the scheduler or the client went away. Transient: the step is
+    attempted again per its retry policy (``max_attempts`` and ``backoff``,
+    whatever its ``retry_on``); the body may have run, in part or in full.
+    ``run_id``, ``step`` and ``executor`` are set once the step has named it
+    (empty when an executor raises it)."""
+
+    transient = True
+
+    def __init__(
+        self, reason: str, *, run_id: str = "", step: str = "", executor: str = ""
+    ) -> None:
+        where = f"step {step!r} of run {run_id!r}" if step else "a step body"
+        on = f" on executor {executor!r}" if executor else ""
+        super().__init__(f"{where} lost its worker{on}: {reason}")
+        self.reason = reason
+        self.run_id = run_id
+        self.step = step
+        self.executor = executor
 
 
 class RunStalled(WorkflowError):

@@ -31,6 +31,7 @@ from durable.decorators.backoff import Backoff
 from durable.decorators.context import run_id
 from durable.decorators.current import current_engine
 from durable.decorators.engine import Engine
+from durable.decorators.executors import InlineExecutor, StepExecutor
 from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
 from durable.decorators.publish import publish
@@ -43,9 +44,11 @@ from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
 __all__ = [
     "Backoff",
     "Engine",
+    "InlineExecutor",
     "JobFunction",
     "JobHandle",
     "JobSubmitter",
+    "StepExecutor",
     "StepFunction",
     "Waiting",
     "Workflow",

@@ -2,9 +2,10 @@
 
 `RetryPolicy` says how often a ``@step`` runs before its error stands
 (``max_attempts``), how long it waits in between (`Backoff`), which errors
-are worth another attempt (``retry_on``; any other error ends the step at
-once) and how long one attempt may take (``timeout``). Every wait reads the
-engine's clock: a `MockClock` drives retries and timeouts in tests.
+are worth another attempt (``retry_on``, and `WorkerLost` always; any
+other error ends the step at once) and how long one attempt may take
+(``timeout``). Every wait reads the engine's clock: a `MockClock` drives
+retries and timeouts in tests.
 
 The waits happen inside the workflow's delivery, which holds its worker
 meanwhile: keep backoffs short, and wait longer with ``durable.sleep``
@@ -21,7 +22,7 @@ from typing import Any, TypeVar
 
 from durable._logging import get_logger
 from durable.decorators.backoff import Backoff
-from durable.errors import DecoratorError
+from durable.errors import DecoratorError, WorkerLost
 from durable.store.clock import Clock
 
 __all__ = ["RetryPolicy", "call_with_timeout", "run_attempts"]
@@ -64,8 +65,9 @@ class RetryPolicy:
             raise DecoratorError(f"timeout must be None or a positive number of seconds, got {t!r}")
 
     def retries(self, error: BaseException, attempt: int) -> bool:
-        """Whether ``error`` from attempt ``attempt`` gets another attempt."""
-        return attempt < self.max_attempts and isinstance(error, self.retry_on)
+        """Whether ``error`` from attempt ``attempt`` gets another attempt (a
+        lost worker does, whatever ``retry_on``: it is no fault of the body)."""
+        return attempt < self.max_attempts and isinstance(error, (*self.retry_on, WorkerLost))
 
 
 async def call_with_timeout(

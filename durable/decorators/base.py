@@ -27,6 +27,7 @@ from durable._logging import get_logger
 
 if TYPE_CHECKING:
     from durable.decorators.codec import Codec
+    from durable.decorators.executors import StepExecutor
     from durable.decorators.handles import WorkflowHandle
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
@@ -60,6 +61,8 @@ class EngineBase:
     max_attempts_without_progress: int
     #: Record this engine's codec as the store's instead of checking it.
     replace_codec_record: bool
+    #: The executors of step and job bodies by name (``"inline"`` is implicit).
+    executors: dict[str, StepExecutor]
 
     def __init__(self, concurrency: dict[str, int], services: list[EngineService]) -> None:
         self._concurrency = concurrency

@@ -43,6 +43,7 @@ from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, check_timing
 from durable.decorators.base import EngineBase
 from durable.decorators.codec import Codec
 from durable.decorators.current import reset_engine, set_engine
+from durable.decorators.executors import check_executors
 from durable.decorators.modes import OwnerMode
 from durable.decorators.partitioned import PartitionedSession
 from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
@@ -189,6 +190,14 @@ class Engine(EngineBase):
     `for_run`. ``concurrency`` stays per process and per queue, whatever
     number of partitions the process owns (their workers share one limit).
 
+    ``executors`` maps names to the executors that ``@step(executor=name)``
+    and ``@job(executor=name)`` bodies run on: a ``distributed.Client``
+    (wrapped in `durable.executors.dask.DaskExecutor`) or any
+    `durable.decorators.executors.StepExecutor`; ``"inline"`` (the default,
+    in this process) is reserved. The caller owns and closes them. Not with
+    ``codec="msgpack"`` (bodies and arguments travel by pickle): refused
+    here with `InvalidArgument`, as is a bad name or value.
+
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
     """
@@ -210,9 +219,18 @@ class Engine(EngineBase):
         max_attempts_without_progress: int = MAX_ATTEMPTS_WITHOUT_PROGRESS,
         replace_codec_record: bool = False,
         partitions: int | None = None,
+        executors: Mapping[str, object] | None = None,
     ) -> None:
         if codec not in ("auto", "msgpack"):
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
+        #: The executors of step and job bodies by name (`durable.decorators.executors`).
+        self.executors = check_executors(executors)
+        if codec == "msgpack" and self.executors:
+            raise InvalidArgument(
+                f"codec='msgpack' refuses pickles, but executors {sorted(self.executors)} send "
+                "each body and its arguments by pickle: use codec='auto' (with a signing_key) "
+                "or run the steps inline"
+            )
         if clock is not None and not isinstance(clock, Clock):
             raise InvalidArgument(f"clock must provide now_ms() and sleep(), got {clock!r}")
         self._url = _check_store(url)

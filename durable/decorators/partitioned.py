@@ -125,6 +125,7 @@ class PartitionEngine(EngineBase):
         self.retention = engine.retention
         self.max_attempts_without_progress = engine.max_attempts_without_progress
         self.replace_codec_record = engine.replace_codec_record
+        self.executors = engine.executors
         #: The partition's store session (set by `PartitionedSession`).
         self.store: PartitionStore | None = None
 

@@ -29,11 +29,12 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from durable.decorators.attempts import RetryPolicy, run_attempts
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import RunContext, active_run, in_step
+from durable.decorators.executors import INLINE, check_executor_name, executor_for
 from durable.decorators.journal import START, STEP, Entry
 from durable.decorators.registry import check_async, default_name
 from durable.decorators.suspend import Suspend
 from durable.engine.outcomes import Immediate
-from durable.errors import DecoratorError, StepMaybeExecutedError
+from durable.errors import DecoratorError, StepMaybeExecutedError, WorkerLost
 
 __all__ = ["StepFunction", "step"]
 
@@ -53,6 +54,7 @@ class StepFunction(Generic[P, R]):
         name: str,
         policy: RetryPolicy,
         at_most_once: bool,
+        executor: str = INLINE,
     ) -> None:
         self.fn = fn
         #: The name journaled with each call (default ``module.qualname``).
@@ -61,6 +63,8 @@ class StepFunction(Generic[P, R]):
         self.policy = policy
         #: Journal the start first; never run twice (`StepMaybeExecutedError`).
         self.at_most_once = at_most_once
+        #: The name of the executor that calls the body (`durable.decorators.executors`).
+        self.executor = executor
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
@@ -68,13 +72,13 @@ class StepFunction(Generic[P, R]):
         if run is None:
             return self.fn(*args, **kwargs)
         position = run.next_position()
-        return self._journaled(run, position, lambda: self.fn(*args, **kwargs))
+        return self._journaled(run, position, args, kwargs)
 
     def __repr__(self) -> str:
         return f"<step {self.name}>"
 
     async def _journaled(
-        self, run: RunContext, position: int, call: Callable[[], Coroutine[Any, Any, R]]
+        self, run: RunContext, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
         task = run.track()
         try:
@@ -86,18 +90,53 @@ class StepFunction(Generic[P, R]):
                 raise StepMaybeExecutedError(run.run_id, position, self.name)
             if run.draining.is_set():  # the engine stops: go on in the next process
                 raise Suspend(Immediate())
-            return await self._execute(run, position, call)
+            return await self._execute(run, position, args, kwargs)
         finally:
             run.untrack(task)
 
+    def _delegated(
+        self,
+        run: RunContext,
+        position: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        what: str,
+    ) -> Callable[[], Coroutine[Any, Any, R]]:
+        """The call of the body on the step's executor, one key per attempt;
+        `UnknownExecutor` (permanent) when the engine was not given it."""
+        executor = executor_for(run.engine.executors, self.executor, what)
+        attempt = 0
+
+        async def call() -> R:
+            nonlocal attempt
+            attempt += 1
+            try:
+                result: R = await executor.run(
+                    self.fn, args, kwargs, key=f"{run.run_id}/{position}/{attempt}"
+                )
+            except WorkerLost as lost:
+                raise WorkerLost(
+                    lost.reason, run_id=run.run_id, step=self.name, executor=self.executor
+                ) from lost.__cause__
+            return result
+
+        return call
+
     async def _execute(
-        self, run: RunContext, position: int, call: Callable[[], Coroutine[Any, Any, R]]
+        self, run: RunContext, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
         codec, clock = run.codec, run.clock
         what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
         if self.at_most_once:
             await run.record(position, Entry(self.name, START, time=clock.now_ms()))
         try:
+            if self.executor == INLINE:  # today's path: awaited here, in the workflow's task
+
+                def call() -> Coroutine[Any, Any, R]:
+                    return self.fn(*args, **kwargs)
+
+            else:
+                call = self._delegated(run, position, args, kwargs, what)
             with in_step(self.name), run.executing(position, self.name):
                 result = await run_attempts(
                     self.policy,
@@ -129,6 +168,7 @@ def step(
     retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
     timeout: float | None = None,
     at_most_once: bool = False,
+    executor: str = INLINE,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], StepFunction[P, R]]: ...
 
 
@@ -142,6 +182,7 @@ def step(
     retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
     timeout: float | None = None,
     at_most_once: bool = False,
+    executor: str = INLINE,
 ) -> StepFunction[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], StepFunction[P, R]]:
     """Make an async function a journaled step of the workflows that call it.
 
@@ -150,7 +191,12 @@ def step(
     ``backoff`` between attempts (`Backoff`), ``retry_on`` (the exceptions
     worth another attempt; others end the step at once), ``timeout``
     (seconds per attempt; `TimeoutError` after it) and ``at_most_once``
-    (never run twice, even across a crash; not with ``max_attempts > 1``).
+    (never run twice, even across a crash; not with ``max_attempts > 1``)
+    and ``executor`` (the name of an entry of ``Engine(executors=...)`` that
+    calls the body, e.g. on a Dask cluster; default ``"inline"``: awaited in
+    the engine's process; see `durable.decorators.executors`). A step whose
+    engine lacks its executor fails with `UnknownExecutor` without running;
+    a lost worker (`WorkerLost`) is retried within ``max_attempts``.
     Misuse raises `DecoratorError` here, at decoration time.
     """
     if fn is not None and not callable(fn) and isinstance(fn, str):
@@ -159,6 +205,7 @@ def step(
         raise DecoratorError(f"a step name must be a non-empty str, got {name!r}")
     if not isinstance(at_most_once, bool):
         raise DecoratorError(f"at_most_once must be True or False, got {at_most_once!r}")
+    check_executor_name(executor, "@step")
     policy = RetryPolicy(
         max_attempts=max_attempts,
         backoff=backoff if backoff is not None else Backoff(),
@@ -173,7 +220,11 @@ def step(
     def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> StepFunction[P, R]:
         check_async(f, "@step")
         return StepFunction(
-            f, name=name or default_name(f), policy=policy, at_most_once=at_most_once
+            f,
+            name=name or default_name(f),
+            policy=policy,
+            at_most_once=at_most_once,
+            executor=executor,
         )
 
     if fn is not None:

@@ -39,6 +39,7 @@ from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
 
 from durable.decorators.attempts import RetryPolicy
 from durable.decorators.current import current_engine
+from durable.decorators.executors import INLINE, check_executor_name
 from durable.decorators.invocation import encode_invocation
 from durable.decorators.jobs.calls import (
     bind_call,
@@ -350,6 +351,7 @@ def job(
     max_attempts: int | None = None,
     retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
     timeout: float | None = None,
+    executor: str = INLINE,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], JobFunction[P, R]]: ...
 
 
@@ -362,6 +364,7 @@ def job(
     max_attempts: int | None = None,
     retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
     timeout: float | None = None,
+    executor: str = INLINE,
 ) -> JobFunction[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], JobFunction[P, R]]:
     """Make an async function a background job run by the engine's workers.
 
@@ -373,7 +376,9 @@ def job(
     job at once), ``timeout`` the seconds one attempt may run. Retries wait
     the queue's backoff (1 s, doubling) without holding a worker. A
     non-async function, or a name another job has, raises `DecoratorError`
-    here, at decoration time.
+    here, at decoration time. ``executor`` names the entry of
+    ``Engine(executors=...)`` that calls the function (default ``"inline"``:
+    in the engine's process; see `durable.decorators.executors`).
     """
     if isinstance(fn, str):
         raise DecoratorError(f"write @job(name={fn!r}), not @job({fn!r})")
@@ -388,6 +393,7 @@ def job(
         isinstance(max_attempts, bool) or not isinstance(max_attempts, int) or max_attempts < 1
     ):
         raise DecoratorError(f"max_attempts must be None or an int >= 1, got {max_attempts!r}")
+    check_executor_name(executor, "@job")
     # The same checks as a step's retry_on and timeout.
     policy = RetryPolicy(
         retry_on=retry_on if isinstance(retry_on, tuple) else (retry_on,), timeout=timeout
@@ -401,6 +407,7 @@ def job(
             max_attempts=max_attempts,
             retry_on=policy.retry_on,
             timeout=policy.timeout,
+            executor=executor,
         )
         check_job_queue(settings.queue, f"@job {settings.name!r}")
         function = JobFunction(f, settings)

@@ -19,6 +19,10 @@ the function, while:
 - ``timeout`` (seconds of the engine's clock per attempt) cancels it with
   `TimeoutError`.
 
+With ``executor=`` the function is called by that executor of the engine
+(`durable.decorators.executors`): a lost worker (`WorkerLost`) is
+transient, an executor the engine lacks (`UnknownExecutor`) permanent.
+
 An exception becomes a `StepError`: transient (the queue retries the job
 after its backoff) when it is one of ``retry_on`` and not a non-transient
 durable error, else permanent. A stored argument this engine cannot verify
@@ -32,18 +36,19 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Callable, Coroutine
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from durable._logging import get_logger
 from durable.decorators.attempts import call_with_timeout
 from durable.decorators.codec import Codec
+from durable.decorators.executors import INLINE, StepExecutor, executor_for
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.outcome import encode_failure
 from durable.engine.jobs import Job, JobContext
 from durable.engine.outcomes import StepError, StepErrorKind
-from durable.errors import RunCancelled, UntrustedPayload
+from durable.errors import RunCancelled, UnknownExecutor, UntrustedPayload, WorkerLost
 from durable.store.clock import Clock
 from durable.store.queue import LeaseHandle
 
@@ -70,6 +75,8 @@ class JobSettings:
     retry_on: tuple[type[BaseException], ...]
     #: Seconds one attempt may run (None: no limit).
     timeout: float | None
+    #: The name of the executor that calls the function (`durable.decorators.executors`).
+    executor: str = INLINE
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,6 +85,8 @@ class JobEnv:
 
     codec: Codec
     clock: Clock
+    #: The engine's executors by name.
+    executors: Mapping[str, StepExecutor] = field(default_factory=dict)
 
 
 @contextlib.asynccontextmanager
@@ -143,7 +152,12 @@ class FunctionJob(Job[bytes]):
 
     @classmethod
     def classify(cls, error: Exception) -> StepErrorKind:
-        """Transient for an error of ``retry_on`` (unless it says it is not)."""
+        """Transient for an error of ``retry_on`` (unless it says it is not) and
+        for a lost worker; permanent for an executor the engine lacks."""
+        if isinstance(error, UnknownExecutor):
+            return StepErrorKind.PERMANENT
+        if isinstance(error, WorkerLost):
+            return StepErrorKind.TRANSIENT
         if not isinstance(error, StepError) and not isinstance(error, cls.SETTINGS.retry_on):
             return StepErrorKind.PERMANENT
         return super().classify(error)
@@ -157,11 +171,12 @@ class FunctionJob(Job[bytes]):
             # Permanent: the code changed under a queued job.
             invocation.check_fits(self.FUNCTION, ctx.job_id, kind="job")
             args, kwargs = invocation.decode_args(env.codec, ctx.job_id)
+            call = self._call(env, ctx, tuple(args), kwargs)
             async with keep_leased(ctx.lease, env.clock):
                 result = await _cancellable(
                     call_with_timeout(
                         env.clock,
-                        lambda: self.FUNCTION(*args, **kwargs),
+                        call,
                         self.SETTINGS.timeout,
                         f"job {name!r} ({ctx.job_id})",
                     ),
@@ -182,6 +197,29 @@ class FunctionJob(Job[bytes]):
             final = kind is StepErrorKind.PERMANENT or ctx.delivery.is_last_attempt()
             reason = encode_failure(env.codec, ctx.job_id, error) if final else _text(error)
             raise StepError(reason, kind) from error
+
+    def _call(
+        self, env: JobEnv, ctx: JobContext, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Callable[[], Coroutine[Any, Any, Any]]:
+        """The call of the function on the job's executor (`UnknownExecutor`
+        when the engine was not given it)."""
+        name = self.SETTINGS.executor
+        if name == INLINE:
+            return lambda: self.FUNCTION(*args, **kwargs)
+        what = f"job {self.SETTINGS.name!r} ({ctx.job_id})"
+        executor = executor_for(env.executors, name, what)
+
+        async def call() -> Any:
+            try:
+                return await executor.run(
+                    self.FUNCTION, args, kwargs, key=f"{ctx.job_id}/0/{ctx.attempt}"
+                )
+            except WorkerLost as lost:
+                raise WorkerLost(
+                    lost.reason, run_id=ctx.job_id, step=self.SETTINGS.name, executor=name
+                ) from lost.__cause__
+
+        return call
 
 
 def make_job_type(
