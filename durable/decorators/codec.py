@@ -37,13 +37,17 @@ verified. `Codec.loads_error` never raises for a refused pickle: it returns
 
 from __future__ import annotations
 
+import copyreg
 import hashlib
 import hmac
+import io
 import reprlib
 import traceback
-from collections.abc import Sequence
+from collections import ChainMap
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, is_dataclass
 from enum import Enum
+from types import TracebackType
 from typing import Any, Literal
 
 import cloudpickle  # type: ignore[import-untyped]
@@ -232,6 +236,60 @@ def _unpack(data: bytes) -> Any:
     return msgpack.unpackb(data, raw=False, strict_map_key=False, ext_hook=_ext_hook, use_list=True)
 
 
+# ------------------------------------------------------------------ pickling
+
+
+class _ForeignReducersOfExceptionsHidden(Mapping[type, Callable[..., object]]):
+    """The process-wide `copyreg.dispatch_table`, read live, without its
+    entries for exception classes and for tracebacks.
+
+    Other libraries register reducers there for every exception class (tblib's
+    ``pickling_support.install()``, which importing ``distributed`` runs, and
+    runs again for each exception a Dask task raises): an exception would then
+    be pickled with its traceback, by tblib's functions, and need tblib to be
+    read back. Hiding those entries keeps exceptions pickled by their own
+    ``__reduce_ex__`` (without a traceback, as plain cloudpickle does when no
+    such library is loaded) and a bare traceback unpicklable, whatever was
+    imported; every other registration (``complex``, ``re.Pattern``, a
+    library's own types) is kept.
+    """
+
+    def __getitem__(self, cls: type) -> Callable[..., object]:
+        if cls is TracebackType or (isinstance(cls, type) and issubclass(cls, BaseException)):
+            raise KeyError(cls)
+        reducer: Callable[..., object] = copyreg.dispatch_table[cls]
+        return reducer
+
+    def __iter__(self) -> Iterator[type]:
+        return (cls for cls in list(copyreg.dispatch_table) if cls in self)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __contains__(self, cls: object) -> bool:
+        try:
+            self[cls]  # type: ignore[index]
+        except KeyError:
+            return False
+        return True
+
+
+class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """cloudpickle's pickler, with `_ForeignReducersOfExceptionsHidden` in
+    place of `copyreg.dispatch_table` (its own reducers come first, as in
+    cloudpickle)."""
+
+    dispatch_table = ChainMap(cloudpickle.Pickler._dispatch_table, _ForeignReducersOfExceptionsHidden())
+
+
+def _cloudpickle(value: object) -> bytes:
+    """``cloudpickle.dumps(value, protocol=5)``, the same bytes it writes when no
+    library has registered reducers for exceptions (`_Pickler`)."""
+    with io.BytesIO() as file:
+        _Pickler(file, protocol=_PICKLE_PROTOCOL).dump(value)
+        return file.getvalue()
+
+
 def _locate_unpicklable(value: Any) -> tuple[object, ...]:
     """The path, through plain containers, to the first part of ``value`` that
     does not pickle (empty when it is the value itself)."""
@@ -244,7 +302,7 @@ def _locate_unpicklable(value: Any) -> tuple[object, ...]:
         return ()
     for step, child in children:
         try:
-            cloudpickle.dumps(child, protocol=_PICKLE_PROTOCOL)
+            _cloudpickle(child)
         except Exception:
             return (step, *_locate_unpicklable(child))
     return ()
@@ -470,7 +528,7 @@ class Codec:
 
     def _pickle(self, value: object, what: str) -> bytes:
         try:
-            payload: bytes = cloudpickle.dumps(value, protocol=_PICKLE_PROTOCOL)
+            payload = _cloudpickle(value)
         except Exception as e:
             path = _locate_unpicklable(value)
             place = f" ({_where(path)} does not)" if path else ""
