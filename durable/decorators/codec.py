@@ -43,12 +43,11 @@ import hmac
 import io
 import reprlib
 import traceback
-from collections import ChainMap
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, is_dataclass
 from enum import Enum
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import cloudpickle  # type: ignore[import-untyped]
 import msgpack
@@ -239,47 +238,45 @@ def _unpack(data: bytes) -> Any:
 # ------------------------------------------------------------------ pickling
 
 
-class _ForeignReducersOfExceptionsHidden(Mapping[type, Callable[..., object]]):
-    """The process-wide `copyreg.dispatch_table`, read live, without its
+class _DispatchTable(Mapping[type, Callable[..., object]]):
+    """The reducers `_Pickler` uses: cloudpickle's own, then the process-wide
+    `copyreg.dispatch_table` (read live, as cloudpickle does) without its
     entries for exception classes and for tracebacks.
 
     Other libraries register reducers there for every exception class (tblib's
     ``pickling_support.install()``, which importing ``distributed`` runs, and
-    runs again for each exception a Dask task raises): an exception would then
-    be pickled with its traceback, by tblib's functions, and need tblib to be
-    read back. Hiding those entries keeps exceptions pickled by their own
-    ``__reduce_ex__`` (without a traceback, as plain cloudpickle does when no
-    such library is loaded) and a bare traceback unpicklable, whatever was
+    distributed again for each exception a task raises): exceptions would
+    then be pickled with their tracebacks, by tblib's functions, and need
+    tblib to be read back. Leaving those entries out keeps exceptions pickled
+    by their own ``__reduce_ex__`` (no traceback, as plain cloudpickle does
+    when no such library is loaded) and a traceback unpicklable, whatever was
     imported; every other registration (``complex``, ``re.Pattern``, a
     library's own types) is kept.
     """
 
     def __getitem__(self, cls: type) -> Callable[..., object]:
+        own: dict[type, Callable[..., object]] = cloudpickle.Pickler._dispatch_table
+        if cls in own:
+            return own[cls]
         if cls is TracebackType or (isinstance(cls, type) and issubclass(cls, BaseException)):
             raise KeyError(cls)
         reducer: Callable[..., object] = copyreg.dispatch_table[cls]
         return reducer
 
     def __iter__(self) -> Iterator[type]:
-        return (cls for cls in list(copyreg.dispatch_table) if cls in self)
+        keys = [*cloudpickle.Pickler._dispatch_table, *copyreg.dispatch_table]
+        return iter([cls for cls in dict.fromkeys(keys) if cls in self])
 
     def __len__(self) -> int:
         return sum(1 for _ in self)
 
-    def __contains__(self, cls: object) -> bool:
-        try:
-            self[cls]  # type: ignore[index]
-        except KeyError:
-            return False
-        return True
-
 
 class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
-    """cloudpickle's pickler, with `_ForeignReducersOfExceptionsHidden` in
-    place of `copyreg.dispatch_table` (its own reducers come first, as in
-    cloudpickle)."""
+    """cloudpickle's pickler with `_DispatchTable` for its ``dispatch_table``
+    (cloudpickle's is its own reducers chained with all of
+    `copyreg.dispatch_table`)."""
 
-    dispatch_table = ChainMap(cloudpickle.Pickler._dispatch_table, _ForeignReducersOfExceptionsHidden())
+    dispatch_table: ClassVar[_DispatchTable] = _DispatchTable()
 
 
 def _cloudpickle(value: object) -> bytes:

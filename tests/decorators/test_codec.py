@@ -3,17 +3,25 @@
 from __future__ import annotations
 
 import collections
+import copyreg
 import datetime
 import enum
 import hashlib
 import hmac
 import math
+import os
 import pickle
+import subprocess
+import sys
+import textwrap
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, NamedTuple
 
+import cloudpickle  # type: ignore[import-untyped]
 import msgpack
 import pytest
 from hypothesis import given, settings
@@ -662,6 +670,164 @@ def test_huge_messages_and_tracebacks_are_clipped_to_fit_a_kv_value() -> None:
     back = Codec(signing_key=KEY).loads_error(data, what="x")
     assert isinstance(back, WorkflowFailed)
     assert "the record holds no pickle of it" in back.__notes__[0]
+
+
+# ------------------------------ reducers other libraries put in copyreg
+
+# tblib's pickling_support.install(), which importing distributed runs (and
+# distributed runs again for each exception a task raises), registers in the
+# process-wide copyreg.dispatch_table a reducer for every exception class,
+# which pickles the traceback too and needs tblib to read back. The codec must
+# store and read exactly what it does without it.
+
+
+def _is_tblib(reducer: object) -> bool:
+    return str(getattr(getattr(reducer, "func", reducer), "__module__", "")).startswith("tblib")
+
+
+@contextmanager
+def copyreg_dispatch_table(entries: dict[Any, Any]) -> Iterator[None]:
+    """Run with ``copyreg.dispatch_table`` holding exactly ``entries``; the
+    table is put back as it was, whatever happens."""
+    saved = dict(copyreg.dispatch_table)
+    copyreg.dispatch_table.clear()
+    copyreg.dispatch_table.update(entries)
+    try:
+        yield
+    finally:
+        copyreg.dispatch_table.clear()
+        copyreg.dispatch_table.update(saved)
+
+
+def chained() -> BaseException:
+    try:
+        try:
+            raise KeyError("inner")
+        except KeyError as inner:
+            raise RuntimeError("outer") from inner
+    except RuntimeError as e:
+        return e
+
+
+def describe(value: object) -> object:
+    """What a round trip gave back, comparable with ``==``."""
+    if isinstance(value, BaseException):
+        return (
+            type(value),
+            value.args,
+            str(value),
+            getattr(value, "__notes__", None),
+            value.__traceback__ is None,
+            describe(value.__cause__) if value.__cause__ is not None else None,
+            describe(value.__context__) if value.__context__ is not None else None,
+        )
+    if isinstance(value, list):
+        return [describe(v) for v in value]
+    return value
+
+
+def attempt(action: Callable[[], object]) -> object:
+    try:
+        return action()
+    except CodecError as e:
+        return ("CodecError", str(e))
+
+
+def codec_outcomes() -> list[object]:
+    """The stored bytes and round trips of exceptions and values holding them."""
+    errors = [
+        raised(PaymentDeclined("o-42")),
+        raised(TwoArgs("a", "b")),  # does not unpickle
+        raised(ValueError("boom")),
+        raised(HoldsLock()),  # does not pickle
+        chained(),
+    ]
+    values = [[raised(ValueError("in a list")), Order("o", ["x"])], raised(TwoArgs("c", "d"))]
+    codec = Codec(signing_key=KEY)
+    outcomes: list[object] = []
+    for error in errors:
+        data = codec.dumps_error(error, what="x")
+        outcomes += [data, describe(codec.loads_error(data, what="x"))]
+    for value in values:
+        data = codec.dumps(value, what="x")
+        outcomes += [data, attempt(lambda data=data: describe(codec.loads(data, what="x")))]
+    # A traceback on its own does not pickle.
+    outcomes.append(attempt(lambda: codec.dumps(errors[0].__traceback__, what="x")))
+    return outcomes
+
+
+def test_exceptions_are_stored_and_read_the_same_after_tblib_registers_its_reducers() -> None:
+    tblib_pickling = pytest.importorskip("tblib.pickling_support")
+    clean = {cls: r for cls, r in copyreg.dispatch_table.items() if not _is_tblib(r)}
+    with copyreg_dispatch_table(clean):
+        expected = codec_outcomes()
+        plain = cloudpickle.dumps(raised(TwoArgs("a", "b")), protocol=5)
+    with copyreg_dispatch_table(clean):
+        tblib_pickling.install()
+        # tblib's reducers are in place: plain cloudpickle now writes other bytes.
+        assert cloudpickle.dumps(raised(TwoArgs("a", "b")), protocol=5) != plain
+        assert codec_outcomes() == expected
+    with copyreg_dispatch_table(clean):
+        tblib_pickling.install(raised(TwoArgs("a", "b")))  # what distributed does per error
+        assert codec_outcomes() == expected
+    assert expected[-1][0] == "CodecError"  # type: ignore[index]
+    assert "cannot pickle 'traceback' object" in expected[-1][1]  # type: ignore[index]
+
+
+IMPORTS_DISTRIBUTED = textwrap.dedent(
+    """
+    import hashlib, sys
+    from durable.decorators.codec import Codec
+
+    class TwoArgs(Exception):
+        def __init__(self, a, b):
+            super().__init__(f"{a}/{b}")
+
+    def raised(error):
+        try:
+            raise error
+        except BaseException as e:
+            return e
+
+    def outcomes():
+        codec = Codec(signing_key=b"k" * 32)
+        out = []
+        for error in (raised(ValueError("boom")), raised(TwoArgs("a", "b"))):
+            data = codec.dumps_error(error, what="x")
+            back = codec.loads_error(data, what="x")
+            out += [data.hex(), type(back).__name__, str(back), back.__traceback__ is None]
+        data = codec.dumps([raised(KeyError("k"))], what="x")
+        (back,) = codec.loads(data, what="x")
+        out += [data.hex(), repr(back), back.__traceback__ is None]
+        return out
+
+    before = outcomes()
+    import distributed  # noqa: F401
+    after = outcomes()
+    differ = [i for i, (b, a) in enumerate(zip(before, after, strict=True)) if b != a]
+    print(f"items that differ: {differ}" if differ else "same")
+    """
+)
+
+
+@pytest.mark.slow
+def test_importing_distributed_does_not_change_what_the_codec_stores() -> None:
+    pytest.importorskip("distributed")
+    root = Path(__file__).resolve().parents[2]
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(root), os.environ.get("PYTHONPATH", "")]),
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", IMPORTS_DISTRIBUTED],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "same", done.stdout
 
 
 # ------------------------------------------------------------ corrupt input

@@ -5,25 +5,14 @@ another's tasks)."""
 
 from __future__ import annotations
 
-import copyreg
 import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-_BEFORE = dict(copyreg.dispatch_table)
-import distributed  # noqa: E402 (after the snapshot)
-import pytest  # noqa: E402
+import distributed
+import pytest
 
-# Importing distributed registers tblib's pickling for every exception class
-# defined so far (distributed/utils.py: tblib.pickling_support.install()),
-# which changes how other tests' exceptions pickle in this process (e.g. one
-# that should not unpickle then does). Undo that for exception classes
-# (tracebacks keep theirs); in-process workers do not need it.
-for _cls in [c for c in copyreg.dispatch_table if c not in _BEFORE]:
-    if isinstance(_cls, type) and issubclass(_cls, BaseException):
-        del copyreg.dispatch_table[_cls]
-
-from durable.store.clock import MockClock  # noqa: E402
+from durable.store.clock import MockClock
 
 # The decorator tests' helpers (make_engine honours DURABLE_TEST_PARTITIONS).
 sys.path.insert(0, str(Path(__file__).parent.parent / "decorators"))
