@@ -581,10 +581,11 @@ class Ownership:
                 await self._let_go()
 
     async def _let_go(self, *, released: bool = False) -> None:
-        """After owning (or failing to): let go of the host lock; if the chain
-        still names this member, write a release version; put the member
+        """After owning (or failing to): if the chain still names this member,
+        write a release version; then let go of the host lock (in that order,
+        so a standby on the host, which takes the lock at once, finds the
+        release in the chain: the handover is recorded as one); put the member
         object as a standby (``released``: gone for good)."""
-        self._drop_lock()
         try:
             head = await self._chain.poll()
             while head is not None and head.owner == self.member_id:
@@ -592,9 +593,12 @@ class Ownership:
                     self._log.info("released the store", version=self._chain.head)
                     break
                 head = self._chain.head
+            self._drop_lock()
             await self._put(released=released)
         except ObjectStoreError as e:  # a later tick (or the others' ttl) recovers
             self._log.warning("letting go of the store failed", error=str(e))
+        finally:
+            self._drop_lock()
 
     async def _forget_departed(self) -> None:
         """Delete the objects of members seen dead or released (bounded litter)."""
