@@ -34,12 +34,13 @@ import inspect
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-from durable.errors import DecoratorError, InvalidArgument, UnknownExecutor
+from durable.errors import DecoratorError, InvalidArgument, UnknownExecutor, WorkerLost
 
 __all__ = [
     "INLINE",
     "InlineExecutor",
     "StepExecutor",
+    "call_on",
     "check_executor_name",
     "check_executors",
     "executor_for",
@@ -142,6 +143,25 @@ def executor_for(executors: Mapping[str, StepExecutor], name: str, what: str) ->
     if found is None:
         raise UnknownExecutor(name, what, sorted([INLINE, *executors]))
     return found
+
+
+async def call_on(
+    executor: StepExecutor,
+    fn: Callable[..., Any],
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+    *,
+    key: str,
+    run_id: str,
+    step: str,
+    name: str,
+) -> Any:
+    """``executor.run(fn, args, kwargs, key=key)``; a `WorkerLost` it raises
+    is raised again naming run ``run_id``, step ``step`` and executor ``name``."""
+    try:
+        return await executor.run(fn, args, kwargs, key=key)
+    except WorkerLost as lost:
+        raise WorkerLost(lost.reason, run_id=run_id, step=step, executor=name) from lost.__cause__
 
 
 _INLINE = InlineExecutor()

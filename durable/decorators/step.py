@@ -29,12 +29,12 @@ from typing import Any, Generic, ParamSpec, TypeVar, overload
 from durable.decorators.attempts import RetryPolicy, run_attempts
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import RunContext, active_run, in_step
-from durable.decorators.executors import INLINE, check_executor_name, executor_for
+from durable.decorators.executors import INLINE, call_on, check_executor_name, executor_for
 from durable.decorators.journal import START, STEP, Entry
 from durable.decorators.registry import check_async, default_name
 from durable.decorators.suspend import Suspend
 from durable.engine.outcomes import Immediate
-from durable.errors import DecoratorError, StepMaybeExecutedError, WorkerLost
+from durable.errors import DecoratorError, StepMaybeExecutedError
 
 __all__ = ["StepFunction", "step"]
 
@@ -110,14 +110,16 @@ class StepFunction(Generic[P, R]):
         async def call() -> R:
             nonlocal attempt
             attempt += 1
-            try:
-                result: R = await executor.run(
-                    self.fn, args, kwargs, key=f"{run.run_id}/{position}/{attempt}"
-                )
-            except WorkerLost as lost:
-                raise WorkerLost(
-                    lost.reason, run_id=run.run_id, step=self.name, executor=self.executor
-                ) from lost.__cause__
+            result: R = await call_on(
+                executor,
+                self.fn,
+                args,
+                kwargs,
+                key=f"{run.run_id}/{position}/{attempt}",
+                run_id=run.run_id,
+                step=self.name,
+                name=self.executor,
+            )
             return result
 
         return call

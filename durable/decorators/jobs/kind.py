@@ -43,7 +43,7 @@ from typing import Any, ClassVar
 from durable._logging import get_logger
 from durable.decorators.attempts import call_with_timeout
 from durable.decorators.codec import Codec
-from durable.decorators.executors import INLINE, StepExecutor, executor_for
+from durable.decorators.executors import INLINE, StepExecutor, call_on, executor_for
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.outcome import encode_failure
 from durable.engine.jobs import Job, JobContext
@@ -209,15 +209,17 @@ class FunctionJob(Job[bytes]):
         what = f"job {self.SETTINGS.name!r} ({ctx.job_id})"
         executor = executor_for(env.executors, name, what)
 
-        async def call() -> Any:
-            try:
-                return await executor.run(
-                    self.FUNCTION, args, kwargs, key=f"{ctx.job_id}/0/{ctx.attempt}"
-                )
-            except WorkerLost as lost:
-                raise WorkerLost(
-                    lost.reason, run_id=ctx.job_id, step=self.SETTINGS.name, executor=name
-                ) from lost.__cause__
+        def call() -> Coroutine[Any, Any, Any]:
+            return call_on(
+                executor,
+                self.FUNCTION,
+                args,
+                kwargs,
+                key=f"{ctx.job_id}/0/{ctx.attempt}",
+                run_id=ctx.job_id,
+                step=self.SETTINGS.name,
+                name=name,
+            )
 
         return call
 
