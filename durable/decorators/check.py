@@ -169,7 +169,7 @@ def _check_journals(scan: StoreScan) -> None:
             scan.record_problem(key, "journal entry", _reason(e))
             continue
         counts["journal entries"] += 1
-        if run_id in orphans:
+        if scan.partial or run_id in orphans:
             continue
         rid = run_part.decode("utf-8", "surrogateescape")
         if state.get(USER + keys.run_key(rid)) is None and (

@@ -123,7 +123,7 @@ def check_records(scan: StoreScan) -> None:
         runs.add(run_id)
         if record.run_id != run_id:
             scan.record_problem(key, "run record", f"holds run {record.run_id!r}")
-        if state.get(_POINTERS + key[len(_RUNS) :]) is None:
+        if not scan.partial and state.get(_POINTERS + key[len(_RUNS) :]) is None:
             scan.record_problem(key, "run record", "the run has no step pointer")
     for key, value in list(state.scan_prefix(_POINTERS)):
         run_id = key[len(_POINTERS) :].decode("utf-8", "backslashreplace")
@@ -133,6 +133,8 @@ def check_records(scan: StoreScan) -> None:
             scan.record_problem(key, "step pointer", _reason(e))
             continue
         counts["step pointers"] += 1
+        if scan.partial:
+            continue
         if run_id not in runs and state.get(_RUNS + key[len(_POINTERS) :]) is None:
             scan.record_problem(key, "step pointer", "its run has no run record")
         if state.get(job_index_key(pointer.job_id)) is None:

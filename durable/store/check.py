@@ -209,6 +209,10 @@ class StoreScan:
     state: State = field(default_factory=State)
     #: For each key of `state`: the object its value was read from.
     source: dict[bytes, str] = field(default_factory=dict)
+    #: True when the state misses commits (a corrupt newest checkpoint, a gap or
+    #: an undecodable log object): records still decode, cross-references are
+    #: not checked (they would report what the damage hid).
+    partial: bool = False
     #: The newest checkpoint's sequence number (0: none), and the last log seq applied.
     ckpt_seq: int = 0
     seq: int = 0
@@ -314,14 +318,20 @@ async def _read_logs(scan: StoreScan, seqs: list[int]) -> dict[int, LogObject]:
 def _rebuild(scan: StoreScan, ckpts: dict[int, Checkpoint], logs: dict[int, LogObject]) -> None:
     """The state the writer would load, and the log chain's checks."""
     report, state = scan.report, scan.state
-    ck = ckpts[max(ckpts)] if ckpts else None
-    base = ck.seq if ck is not None else 0
+    newest = max(_listed(scan, CKPT_PREFIX), default=0)
+    ck = ckpts.get(newest)
+    base = newest
+    if newest and ck is None:
+        scan.partial = True  # the state before the log is lost: decode what follows it
     if ck is not None:
         name = f"{CKPT_PREFIX}{ck.seq:020d}"
         for k, v in zip(ck.keys, ck.values, strict=True):
             state.apply([k, v])
             scan.source[k] = name
+        listed = set(_listed(scan, LOG_PREFIX))
         for m in ck.markers:
+            if m not in logs and m in listed:
+                continue  # undecodable: reported as a log object already
             if m not in logs:
                 report.problem(
                     scan.key(name), "checkpoint", f"lists open marker {m}, absent from the log"
@@ -351,11 +361,12 @@ def _rebuild(scan: StoreScan, ckpts: dict[int, Checkpoint], logs: dict[int, LogO
             report.problem(
                 scan.key(missing), "log object", "missing from the middle of the log (lost commits)"
             )
-            # recovery would stop here: replay no further, as a writer would refuse to
-            break
+            scan.partial = True  # a writer would refuse to open; decode the rest anyway
         obj = logs.get(seq)
+        expect = seq + 1
         if obj is None:
-            break  # undecodable: already a problem; nothing after it can be applied
+            scan.partial = True  # undecodable: already a problem
+            continue
         state.apply(obj.ops)
         name = log_name(seq)
         it = iter(obj.ops)
@@ -363,16 +374,20 @@ def _rebuild(scan: StoreScan, ckpts: dict[int, Checkpoint], logs: dict[int, LogO
             assert k is not None
             scan.source[k] = name
         scan.seq = seq
-        expect = seq + 1
     scan.ckpt_seq = base
     scan.seq = max(scan.seq, base)
     report.counts["state keys"] = len(state)
+    if scan.partial:
+        report.note(scan.key(LOG_PREFIX), "log", _PARTIAL)
 
 
 def _listed(scan: StoreScan, prefix: str) -> list[int]:
     return [s for s in (parse_seq(n, prefix) for n in scan.names) if s is not None]
 
 
+_PARTIAL = (
+    "the damage above hides commits: records were decoded, cross-references not checked"
+)
 _TRIM = "covered by a newer checkpoint; a trim that did not finish left it (harmless)"
 
 
@@ -436,7 +451,7 @@ def _check_queue(scan: StoreScan) -> None:
             if not key.endswith(record.id.encode()):
                 scan.record_problem(key, "job record", f"holds job {record.id!r}, not its key's")
             index = state.get(job_index_key(record.id))
-            if index != key:
+            if not scan.partial and index != key:
                 scan.record_problem(key, "job record", "the job index does not point at it")
     for key, value in list(state.scan_prefix(keyspace.ATTEMPT_HISTORY)):
         try:
@@ -444,7 +459,7 @@ def _check_queue(scan: StoreScan) -> None:
         except Exception as e:  # noqa: BLE001
             scan.record_problem(key, "attempt history", _reason(e))
     for key, value in list(state.scan_prefix(keyspace.JOB_INDEX)):
-        if state.get(value) is None:
+        if not scan.partial and state.get(value) is None:
             scan.record_problem(key, "job index entry", "points at no job record")
     scan.report.counts["kv keys"] += state.count(keyspace.USER)
 
