@@ -74,7 +74,9 @@ async def check_store(objects: ObjectStore) -> CheckReport:
         for name in root:
             m = _PARTITION.match(name)
             if m and int(name[1:4]) >= partitions:
-                report.problem(name, "object", f"in a partition beyond the {partitions} of the manifest")
+                report.problem(
+                    name, "object", f"in a partition beyond the {partitions} of the manifest"
+                )
     report.seconds = time.monotonic() - started
     return report
 
@@ -176,7 +178,9 @@ def _check_journals(scan: StoreScan) -> None:
             state.get(USER + keys.outcome_key(rid)) is None
         ):
             orphans.add(run_id)
-            scan.record_problem(key, "journal entry", f"run {run_id!r} has no run or terminal record")
+            scan.record_problem(
+                key, "journal entry", f"run {run_id!r} has no run or terminal record"
+            )
     for key, value in list(state.scan_prefix(_INVOCATIONS)):
         try:
             m = msgpack.unpackb(value, raw=False)
@@ -184,7 +188,7 @@ def _check_journals(scan: StoreScan) -> None:
                 isinstance(m.get("payload"), bytes) or isinstance(m.get("sha256"), str)
             ):
                 raise ValueError("neither a payload nor a reference")
-        except Exception as e:  # noqa: BLE001 - msgpack raises several unrelated types
+        except Exception as e:
             scan.record_problem(key, "invocation record", str(e) or type(e).__name__)
             continue
         counts["invocation records"] += 1

@@ -29,9 +29,9 @@ from durable.engine.records import (
     decode_group_manifest,
     decode_member_record,
     decode_run_record,
+    decode_run_result,
     decode_step_pointer,
     decode_terminal_record,
-    decode_run_result,
 )
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import DurableError
@@ -86,7 +86,7 @@ def check_memo(scan: StoreScan, name: str, body: bytes) -> tuple[str, Any] | Non
     """Decode a memo object's body; ``(key, value)``, or None after a problem."""
     try:
         entry = msgpack.unpackb(body, raw=False, strict_map_key=False)
-    except Exception as e:  # noqa: BLE001 - msgpack raises several unrelated types
+    except Exception as e:
         scan.report.problem(scan.key(name), "memo object", f"undecodable memo entry: {e}")
         return None
     key = entry.get("k") if isinstance(entry, dict) else None

@@ -58,7 +58,15 @@ from durable.store.objects.base import ObjectStore
 from durable.store.queue.keys import job_index_key
 from durable.store.queue.records import JobStatus, decode_history, decode_record
 
-__all__ = ["CheckReport", "Problem", "StoreScan", "Visitor", "check_store", "record_label", "scan_store"]
+__all__ = [
+    "CheckReport",
+    "Problem",
+    "StoreScan",
+    "Visitor",
+    "check_store",
+    "record_label",
+    "scan_store",
+]
 
 #: A hook called with ``(scan, name, kind, body)`` for every framed object
 #: whose frame is sound, and with kind None and the raw bytes for every
@@ -369,10 +377,9 @@ def _rebuild(scan: StoreScan, ckpts: dict[int, Checkpoint], logs: dict[int, LogO
             continue
         state.apply(obj.ops)
         name = log_name(seq)
-        it = iter(obj.ops)
-        for k, _v in zip(it, it, strict=True):
-            assert k is not None
-            scan.source[k] = name
+        for op_key in obj.ops[::2]:
+            if op_key is not None:
+                scan.source[op_key] = name
         scan.seq = seq
     scan.ckpt_seq = base
     scan.seq = max(scan.seq, base)
@@ -385,9 +392,7 @@ def _listed(scan: StoreScan, prefix: str) -> list[int]:
     return [s for s in (parse_seq(n, prefix) for n in scan.names) if s is not None]
 
 
-_PARTIAL = (
-    "the damage above hides commits: records were decoded, cross-references not checked"
-)
+_PARTIAL = "the damage above hides commits: records were decoded, cross-references not checked"
 _TRIM = "covered by a newer checkpoint; a trim that did not finish left it (harmless)"
 
 
@@ -440,7 +445,7 @@ def _check_queue(scan: StoreScan) -> None:
         for key, value in list(state.scan_prefix(tag)):
             try:
                 record = decode_record(value, f"job record {record_label(key)}")
-            except Exception as e:  # noqa: BLE001 - every decoder error is a finding
+            except Exception as e:
                 scan.record_problem(key, "job record", _reason(e))
                 continue
             scan.report.counts["job records"] += 1
@@ -456,7 +461,7 @@ def _check_queue(scan: StoreScan) -> None:
     for key, value in list(state.scan_prefix(keyspace.ATTEMPT_HISTORY)):
         try:
             decode_history(value, f"attempt history {record_label(key)}")
-        except Exception as e:  # noqa: BLE001
+        except Exception as e:
             scan.record_problem(key, "attempt history", _reason(e))
     for key, value in list(state.scan_prefix(keyspace.JOB_INDEX)):
         if not scan.partial and state.get(value) is None:
