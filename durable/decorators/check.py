@@ -108,6 +108,10 @@ async def _check_one(objects: ObjectStore, label: str, url: str) -> StoreScan:
         scan = StoreScan(objects, CheckReport(url), label)
         scan.report.note(label or url, "store", "holds no objects")
         return scan
+    quarantined = label + CORRUPT_PREFIX  # set aside by the owner: known, not new damage
+    report = scan.report
+    report.notes += [p for p in report.problems if p.key.startswith(quarantined)]
+    report.problems = [p for p in report.problems if not p.key.startswith(quarantined)]
     engine_check.check_records(scan)
     _check_journals(scan)
     _check_outbox(scan)

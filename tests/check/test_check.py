@@ -210,3 +210,12 @@ async def test_a_cloud_store_is_checked_without_a_write(cloud_objects: ObjectSto
     report = await check_store(cloud_objects)
     assert [p.key for p in report.problems] == [name]
     await cloud_objects.close()
+
+
+async def test_a_request_the_owner_set_aside_is_a_note(make_objects: Factory) -> None:
+    objects = make_objects()
+    await build(objects)
+    await objects.create("inbox-corrupt/req/0001", b"DRBL\x06garbage")
+    report = await check_store(objects)
+    assert report.clean, report.render()
+    assert [n.key for n in report.notes] == ["inbox-corrupt/req/0001"]
