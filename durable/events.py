@@ -128,7 +128,9 @@ def bound() -> Mapping[str, Any]:
 def bind(**fields: Any) -> None:
     """Add ``fields`` to every event emitted later in this context (the
     runner binds a delivery's ``workflow`` so, for the engine's events of
-    the same claim)."""
+    the same claim); a no-op while neither events nor tracing are on."""
+    if TRACING is None and not _stdlib.isEnabledFor(logging.INFO):
+        return
     _bound.set({**(_bound.get() or {}), **fields})
 
 
