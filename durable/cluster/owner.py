@@ -53,6 +53,7 @@ import socket
 from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Protocol
 
+from durable import events
 from durable._logging import get_logger
 from durable.cluster.chain import ChainVersion, OwnerChain, Reason
 from durable.cluster.decide import Decision, decide
@@ -550,6 +551,7 @@ class Ownership:
         else:
             self._set_state(State.OWNER)  # wakes `wait_owner`
             self._log.info("owns the store", version=self._chain.head)
+            events.emit("takeover", url=self.objects.url, member=self.member_id, why=decision.why)
             await self._forget_departed()
         return True
 

@@ -102,11 +102,13 @@ async def run_attempts(
     what: str,
     *,
     before: Callable[[], None] | None = None,
+    on_retry: Callable[[int, float, Exception], None] | None = None,
 ) -> T:
     """Attempt ``call`` per ``policy``; the first result, or the last error.
 
     ``before()`` runs before each attempt; what it raises propagates at
-    once (no retry)."""
+    once (no retry). ``on_retry(attempt, delay, error)`` is told of each
+    failed attempt that gets another."""
     attempt = 1
     while True:
         if before is not None:
@@ -120,5 +122,7 @@ async def run_attempts(
             log.info(
                 "step attempt failed", step=what, attempt=attempt, retry_in=delay, error=repr(error)
             )
+            if on_retry is not None:
+                on_retry(attempt, delay, error)
         await clock.sleep(delay)
         attempt += 1

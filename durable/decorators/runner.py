@@ -42,6 +42,7 @@ from __future__ import annotations
 import asyncio
 from typing import TYPE_CHECKING, Any, NoReturn
 
+from durable import events
 from durable._logging import get_logger
 from durable.decorators.children import cancel_children, resolve_child
 from durable.decorators.context import RunContext
@@ -53,7 +54,17 @@ from durable.decorators.registry import REGISTRY
 from durable.decorators.suspend import Abort, Suspend
 from durable.decorators.waits import resolve_signal
 from durable.engine.delivery import Step
-from durable.engine.outcomes import Cancel, Continue, Fail, StepError, StepOutcome, Succeed
+from durable.engine.outcomes import (
+    After,
+    Cancel,
+    Continue,
+    Fail,
+    OnSignal,
+    StepError,
+    StepOutcome,
+    Succeed,
+    Trigger,
+)
 from durable.errors import (
     CancelRequested,
     ClaimLost,
@@ -81,7 +92,16 @@ class WorkflowRunner:
         self._draining = draining
 
     async def run_step(self, step: Step) -> StepOutcome:
-        """Run one delivery of a workflow run."""
+        """Run one delivery of a workflow run (in a span, when traced)."""
+        tracing = events.TRACING
+        if tracing is None:
+            return await self._run_step(step)
+        with tracing.run_span(step.run_id, step.step_number, step.headers):
+            outcome = await self._run_step(step)
+            tracing.annotate(outcome=type(outcome).__name__)
+            return outcome
+
+    async def _run_step(self, step: Step) -> StepOutcome:
         engine = self._engine
         codec = engine.codec
         kv = engine.queue.kv.internal()
@@ -90,6 +110,12 @@ class WorkflowRunner:
             definition = REGISTRY.get(invocation.name)
             if definition is None:
                 raise UnknownWorkflow(step.run_id, invocation.name)
+            events.bind(workflow=invocation.name, queue=definition.queue)
+            events.emit(
+                "claim", run_id=step.run_id, delivery=step.step_number, attempt=step.attempts
+            )
+            if events.TRACING is not None:
+                events.TRACING.annotate(workflow=invocation.name)
             # Permanent: the code changed under a queued run.
             invocation.check_fits(definition.fn, step.run_id)
             journal = Journal.load(kv, step.run_memo, step.run_id)
@@ -119,6 +145,13 @@ class WorkflowRunner:
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))
         run = RunContext(engine, step, journal, self._draining)
+        if step.step_number > 0:
+            events.emit(
+                "resume",
+                run_id=step.run_id,
+                delivery=step.step_number,
+                signal=step.signal is not None,
+            )
         try:
             await _resume(run)
         except Abort as a:
@@ -245,6 +278,7 @@ class _Delivery:
                 await run.journal.write(s.position, s.entry)
             except Exception as e:
                 raise StepError.transient(f"run {run.run_id!r}: journal write failed: {e}") from e
+        events.emit("suspend", run_id=run.run_id, position=s.position, **_trigger(s.trigger))
         return Continue(run.delivery.payload, s.trigger)
 
     async def outcome(self, main: asyncio.Task[Any]) -> StepOutcome:
@@ -267,6 +301,15 @@ class _Delivery:
         except Exception as e:
             return Fail(encode_failure(codec, run.run_id, e))
         return Succeed(data)
+
+
+def _trigger(trigger: Trigger) -> dict[str, Any]:
+    """The fields of a suspend event for ``trigger``."""
+    if isinstance(trigger, OnSignal):
+        return {"until": "signal", "key": trigger.correlation_key, "timeout": trigger.timeout}
+    if isinstance(trigger, After):
+        return {"until": "time", "seconds": trigger.delay}
+    return {"until": "next delivery"}
 
 
 async def _cancel(*tasks: asyncio.Task[Any]) -> None:

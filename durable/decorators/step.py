@@ -23,9 +23,12 @@ of its function: no journal, no retries, no timeout.
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Callable, Coroutine
+from contextlib import nullcontext
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from durable import events
 from durable.decorators.attempts import RetryPolicy, run_attempts
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import RunContext, active_run, in_step
@@ -131,6 +134,8 @@ class StepFunction(Generic[P, R]):
         what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
         if self.at_most_once:
             await run.record(position, Entry(self.name, START, time=clock.now_ms()))
+        tracing, began = events.TRACING, time.perf_counter()
+        events.emit("step_start", run_id=run.run_id, step=self.name, position=position)
         try:
             if self.executor == INLINE:  # today's path: awaited here, in the workflow's task
 
@@ -139,20 +144,53 @@ class StepFunction(Generic[P, R]):
 
             else:
                 call = self._delegated(run, position, args, kwargs, what)
-            with in_step(self.name), run.executing(position, self.name):
+            span = (
+                tracing.step_span(run.run_id, self.name, position)
+                if tracing is not None
+                else nullcontext()
+            )
+            with span, in_step(self.name), run.executing(position, self.name):
                 result = await run_attempts(
                     self.policy,
                     clock,
                     call,
                     what,
                     before=lambda: run.check_writable(position, self.name),
+                    on_retry=lambda attempt, delay, error: events.emit(
+                        "retry",
+                        run_id=run.run_id,
+                        step=self.name,
+                        position=position,
+                        attempt=attempt,
+                        retry_in=delay,
+                        error=repr(error),
+                    ),
                 )
             ok = codec.dumps(result, what=f"the result of {what}")
         except Exception as error:
             err = codec.dumps_error(error, what=f"the exception of {what}")
             await run.record(position, Entry(self.name, STEP, err=err, time=clock.now_ms()))
+            ms = round((time.perf_counter() - began) * 1000, 3)
+            events.emit(
+                "step_end",
+                run_id=run.run_id,
+                step=self.name,
+                position=position,
+                duration_ms=ms,
+                ok=False,
+                error=type(error).__name__,
+            )
             raise
         await run.record(position, Entry(self.name, STEP, ok=ok, time=clock.now_ms()))
+        ms = round((time.perf_counter() - began) * 1000, 3)
+        events.emit(
+            "step_end",
+            run_id=run.run_id,
+            step=self.name,
+            position=position,
+            duration_ms=ms,
+            ok=True,
+        )
         value: R = codec.loads(ok, what=f"the result of {what}")
         return value
 

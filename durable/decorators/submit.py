@@ -19,6 +19,7 @@ import datetime as _dt
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+from durable import events
 from durable.decorators.archive import invocation_record
 from durable.decorators.progress import QUEUE_ATTEMPTS
 from durable.engine.records import input_digest
@@ -51,8 +52,11 @@ async def submit_run(
     else:
         validate_run_id(run_id)
     runtime = engine.for_run(run_id).workflows.runtime_for(definition.queue)
+    headers = dict(headers or {})
+    if events.TRACING is not None:  # the caller's trace context rides the run's headers
+        events.TRACING.inject(headers)
     options = RunOptions(
-        headers=dict(headers or {}),
+        headers=headers,
         priority=priority,
         max_attempts_per_step=QUEUE_ATTEMPTS,  # the runner bounds them (progress)
         run_at=run_at,
@@ -69,4 +73,6 @@ async def submit_run(
     outcome = await runtime.submit(
         RunSpec(payload, run_id=run_id, options=options), internal=internal, once=True
     )
+    new = outcome.newly_submitted
+    events.emit("submit", run_id=run_id, workflow=definition.name, queue=definition.queue, new=new)
     return outcome.run_id

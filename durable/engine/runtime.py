@@ -15,6 +15,7 @@ import weakref
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
+from durable import events
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.access import RunQueue
@@ -63,6 +64,7 @@ from durable.store.clock import Clock
 from durable.store.expiry import Delete, DeleteIf, ExpiryEntry, ExpiryIndex
 from durable.store.kv import KvEffects
 from durable.store.queue import (
+    CancelOutcome,
     JobRecord,
     SettlementEffects,
     run_worker_concurrent,
@@ -432,7 +434,16 @@ class WorkflowRuntime:
         # Pending or scheduled: removed, and the run terminated with it.
         # Claimed: the token fired; the worker settles the run as cancelled.
         # Not found: the step moved on; its successor's claim sees the flag.
-        await self.queue.cancel_with(pointer.job_id, fx)
+        done, _ = await self.queue.cancel_with(pointer.job_id, fx)
+        if done is CancelOutcome.REMOVED:
+            events.emit(
+                "terminate",
+                run_id=run_id,
+                queue=self.options.queue_name,
+                delivery=pointer.step_number,
+                status="cancelled",
+                error=None,
+            )
         return True
 
     # -------------------------------------------------------------- signals
@@ -626,7 +637,10 @@ class WorkflowRuntime:
         while True:
             for task in (self.reconcile_dead, self.sweep_memos, self.sweep_groups):
                 try:
-                    await task()
+                    if count := await task():
+                        events.emit(
+                            "sweep", queue=self.options.queue_name, kind=task.__name__, count=count
+                        )
                 except Exception as e:  # logged; the next pass retries
                     log.error("runtime maintenance failed", task=task.__name__, error=str(e))
             await self.clock.sleep(self.options.poll_interval)

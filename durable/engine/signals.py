@@ -91,6 +91,7 @@ from collections.abc import Coroutine, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from durable import events
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.access import RunQueue
@@ -231,6 +232,13 @@ class Signals:
     ) -> SignalOutcome:
         """`signal`, committing ``effects`` atomically with the buffer write
         (how a `ReplyWatcher` retires its marker with the delivery)."""
+        outcome = await self._signal_with(key, payload, effects)
+        events.emit("signal", key=key, queue=self.queue_name, outcome=outcome.name.lower())
+        return outcome
+
+    async def _signal_with(
+        self, key: str, payload: bytes, effects: SettlementEffects
+    ) -> SignalOutcome:
         key, payload = check_signal(key, payload)
         if (route := self._remote(key)) is not None:
             fx = internal_effects(route.forward_signal(self.queue_name, key, payload), effects)

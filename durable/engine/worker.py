@@ -31,6 +31,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from durable import events
 from durable._logging import get_logger
 from durable.engine.delivery import KvReadHandle, Step
 from durable.engine.effects import EffectsHandle, TerminalEffects
@@ -205,9 +206,18 @@ class StepWorker:
                 fx = await self._terminate(rec, record, step, end)
                 raise PermanentFailure(error.message, effects=fx)
             # The effects apply only if this nack exhausts the step's attempts.
-            fx = await self._terminate(
-                rec, record, step, end, write_result=delivery.is_last_attempt()
-            )
+            last = delivery.is_last_attempt()
+            fx = await self._terminate(rec, record, step, end, write_result=last)
+            if not last:
+                events.emit(
+                    "retry",
+                    run_id=run_id,
+                    queue=self.rt.options.queue_name,
+                    delivery=step,
+                    attempt=rec.attempts,
+                    retry_in=error.retry_after,
+                    error=error.message,
+                )
             raise FailWith(error, fx, retry_after=error.retry_after)
         fx = delivery.effects.apply_to(SettlementEffects())
         if isinstance(outcome, Continue):
@@ -296,6 +306,15 @@ class StepWorker:
         if write_result and not inline:
             await rt.memos.put_outcome(
                 record.run_id, encode_run_result(RunResultRecord(termination, outcome))
+            )
+        if write_result:  # else a nack with attempts left: not (yet) a termination
+            events.emit(
+                "terminate",
+                run_id=record.run_id,
+                queue=rt.options.queue_name,
+                delivery=step,
+                status=end.status.value,
+                error=end.error,
             )
         fx = effects if effects is not None else SettlementEffects()
         for key in signal_cleanup_keys(rec.headers, record.run_id, step):

@@ -39,6 +39,7 @@ from collections.abc import Callable, Generator
 from dataclasses import dataclass
 from typing import Any
 
+from durable import events
 from durable._logging import get_logger
 from durable.errors import (
     CorruptObject,
@@ -553,6 +554,8 @@ class LogWriter:
             log.debug("writer stopped", url=self.objects.url, error=str(failure))
         else:
             log.error("writer stopped", url=self.objects.url, error=str(failure))
+        if isinstance(failure, Fenced):  # SelfFenced too: this writer may not write on
+            events.emit("fence", url=self.objects.url, error=str(failure))
         for grp in (*groups, self._open):
             if not grp.future.done():
                 grp.future.set_exception(failure)
