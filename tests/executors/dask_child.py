@@ -5,8 +5,10 @@ it, for the engine kill -9 test.
     python dask_child.py STORE SIDE SCHEDULER start RUN_ID   start the run, wait until killed
     python dask_child.py STORE SIDE SCHEDULER finish RUN_ID  work until the run ends, print it
 
-`pipeline` calls ``quick`` at positions 0 and 1, ``held`` at 2 and
-``quick`` at 3, every one on executor ``"dask"``. Each execution of a body
+(``start-wide`` and ``finish-wide`` do the same with `wide`.) `pipeline`
+calls ``quick`` at positions 0 and 1, ``held`` at 2 and ``quick`` at 3,
+every one on executor ``"dask"``; `wide` calls ``quick`` at 0, then
+gathers ``held`` at 1 and 2 (one per worker of a two-worker cluster). Each execution of a body
 leaves a file in the directory SIDE (outside the store), named
 ``STEP.POSITION.PID.TOKEN.started`` (and ``.done`` at its end), so the test
 counts executions across processes, including those a kill cut short.
@@ -81,15 +83,23 @@ async def pipeline(side: str, x: int) -> list[int]:
     return [first, second, await held(side, 2, x), await quick(side, 3)]
 
 
+@durable.workflow(name="dask_child.wide")
+async def wide(side: str, x: int) -> list[int]:
+    """``[1, x * 10, x * 10]``: two ``held`` steps at once, after a quick one."""
+    first = await quick(side, 0)
+    return [first, *await asyncio.gather(held(side, 1, x), held(side, 2, x))]
+
+
 async def main(store: str, side: str, scheduler: str, mode: str, run_id: str) -> None:
     from distributed import Client
 
+    workflow = wide if mode.endswith("-wide") else pipeline
     async with (
         Client(scheduler, asynchronous=True) as client,
         durable.Engine(store, executors={"dask": client}),
     ):
-        handle = await pipeline.options(run_id=run_id).start(side, 7)
-        if mode == "start":
+        handle = await workflow.options(run_id=run_id).start(side, 7)
+        if mode.startswith("start"):
             await asyncio.Event().wait()  # until killed
         print(json.dumps(await handle.result(timeout=60)))
 

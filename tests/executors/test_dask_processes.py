@@ -139,3 +139,64 @@ async def test_an_engine_killed_while_its_step_runs_on_the_cluster_resumes(
     assert len(started) == 2, started  # in flight at the kill: run again
     assert first in started
     assert len(executions(side, "quick", 3)) == 1
+
+
+def queued_for(cluster: distributed.LocalCluster, run_id: str) -> int:
+    """How many tasks of ``run_id`` the scheduler (in this process) holds."""
+    return sum(1 for key in cluster.scheduler.tasks if str(key).startswith(f"{run_id}/"))
+
+
+async def test_a_restarted_engine_waits_for_workers_busy_with_orphaned_bodies(
+    tmp_path: Path, process_cluster: distributed.LocalCluster
+) -> None:
+    """Every worker is still running a body of the killed engine (Dask cannot
+    stop a thread): the restarted engine's attempts wait on the cluster until
+    those end, then the run completes; the orphans' results are dropped."""
+    store, side, run_id = tmp_path / "store", tmp_path / "side", "orphans"
+    side.mkdir()
+    child = [str(store), str(side), process_cluster.scheduler_address]
+    proc = spawn([*child, "start-wide", run_id])
+
+    def alive() -> None:
+        assert proc.poll() is None, f"the child exited early with {proc.returncode}"
+
+    def both_held() -> list[int]:
+        found = executions(side, "held", 1) + executions(side, "held", 2)
+        return found if len(found) == 2 else []
+
+    try:
+        orphans = await asyncio.to_thread(poll, both_held, alive)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)  # the engine, while both workers hold its bodies
+        proc.wait(timeout=LIMIT)
+    assert sorted(orphans) == sorted(w.pid for w in process_cluster.workers.values() if w.pid)
+    assert await journaled(store, run_id) == {0}
+    # Its client gone, the scheduler forgets the killed engine's tasks.
+    await asyncio.to_thread(poll, lambda: queued_for(process_cluster, run_id) == 0)
+
+    finisher = subprocess.Popen(  # noqa: ASYNC220
+        [sys.executable, CHILD, *child, "finish-wide", run_id],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        # The new attempts reach the scheduler while every worker thread is
+        # still inside an orphaned body: they are queued, none has started.
+        await asyncio.to_thread(poll, lambda: queued_for(process_cluster, run_id) >= 2)
+        assert len(executions(side, "held", 1) + executions(side, "held", 2)) == 2
+        release = side / "release"
+        release.touch()  # the orphans end (unobserved), then the new attempts run
+        out, _ = await asyncio.to_thread(finisher.communicate, timeout=4 * LIMIT)
+    finally:
+        if finisher.poll() is None:
+            finisher.kill()
+            finisher.wait()
+    assert finisher.returncode == 0
+    assert json.loads(out.strip().splitlines()[-1]) == [1, 70, 70]
+    assert await journaled(store, run_id) == {0, 1, 2}
+    assert len(executions(side, "quick", 0)) == 1  # journaled before the kill: never again
+    for position in (1, 2):
+        started = side.glob(f"held.{position}.*.started")
+        times = sorted(p.stat().st_mtime_ns for p in started)
+        assert len(times) == 2, times  # the orphan and the restarted engine's attempt
+        assert times[1] >= release.stat().st_mtime_ns  # only once a worker was free
