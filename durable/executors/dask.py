@@ -19,6 +19,13 @@ the call of the body goes to the cluster:
   times out, the delivery ends) the future is cancelled on the cluster and
   its result discarded; a body already running is *not* interrupted (Dask
   cannot stop a thread): it runs to its end, unobserved;
+- this client sends its batched messages to the scheduler every
+  ``send_interval`` (1 ms) instead of Dask's 10 ms: a workflow's steps run
+  one after another, and with Dask's default every step would wait up to
+  10 ms for its submission to leave (a sequential no-op task took 10.7 ms
+  here, 5.8 ms at 1 ms). Only this client's connection changes (its
+  ``scheduler_comm.interval``, set again after a reconnection); the
+  scheduler's and workers' own intervals are Dask's;
 - on its first call the executor reads the scheduler's
   ``distributed.scheduler.allowed-failures`` (``client.run_on_scheduler``)
   and warns once unless it is 0 (Dask would otherwise re-run the body of a
@@ -46,13 +53,15 @@ from distributed.client import FutureCancelledError
 from distributed.comm.core import CommClosedError
 
 from durable._logging import get_logger
-from durable.errors import WorkerLost
+from durable.errors import InvalidArgument, WorkerLost
 
 __all__ = ["DaskExecutor"]
 
 log = get_logger("durable.executors")
 
 _SETTING = "distributed.scheduler.allowed-failures"
+#: How often, at most, the executor's client sends to the scheduler (seconds).
+DEFAULT_SEND_INTERVAL = 0.001
 #: Errors of the cluster, not of the body: the call was lost.
 _LOST: tuple[type[BaseException], ...] = (KilledWorker, CommClosedError, FutureCancelledError)
 
@@ -85,9 +94,25 @@ class DaskExecutor:
     """Runs bodies on the cluster of ``client`` (asynchronous or not); see the
     module docstring. The caller owns the client: the engine never closes it."""
 
-    def __init__(self, client: object) -> None:
+    def __init__(
+        self, client: object, *, send_interval: float | None = DEFAULT_SEND_INTERVAL
+    ) -> None:
+        """``send_interval``: at most how long, in seconds, a submission waits
+        in the client before it is sent to the scheduler (Dask batches
+        messages; its own default is 10 ms); None keeps the client's."""
         if not isinstance(client, Client):
             raise TypeError(f"DaskExecutor needs a distributed.Client, got {client!r}")
+        if send_interval is not None and (
+            isinstance(send_interval, bool)
+            or not isinstance(send_interval, int | float)
+            or not 0 < send_interval <= 1
+        ):
+            raise InvalidArgument(
+                f"DaskExecutor send_interval must be None or seconds in (0, 1], "
+                f"got {send_interval!r}"
+            )
+        #: See ``__init__``.
+        self.send_interval = send_interval
         #: The client every body is submitted through (``distributed`` is
         #: partly untyped: kept as Any).
         self.client: Any = client
@@ -111,6 +136,7 @@ class DaskExecutor:
         if not self._checked:
             self._checked = True
             await self._check_allowed_failures()
+        self._tune_sends()
         task_key = f"{key}-{secrets.token_hex(4)}"  # unique: a crashed engine's key may live on
         try:
             future = self.client.submit(
@@ -134,6 +160,15 @@ class DaskExecutor:
             ):
                 raise WorkerLost(f"{type(error).__name__}: {error}") from error
             raise
+
+    def _tune_sends(self) -> None:
+        """Shorten the client's send interval to `send_interval` (its
+        connection is made again on a reconnection, with Dask's default)."""
+        comm = getattr(self.client, "scheduler_comm", None)
+        interval = getattr(comm, "interval", None)
+        wanted = self.send_interval
+        if wanted is not None and isinstance(interval, int | float) and interval > wanted:
+            comm.interval = wanted  # type: ignore[union-attr]
 
     async def _result(self, future: Any) -> Any:
         if self.client.asynchronous:

@@ -402,3 +402,23 @@ async def test_jobs_run_on_their_executor(
         with pytest.raises(UnknownExecutor, match=r"'tpu'.*'dask', 'inline'"):
             await asyncio.wait_for(tpu_job(), LIMIT)
     assert dict(EVENTS) == {"job": 1}  # tpu_job: failed at once, never run
+
+
+async def test_the_executor_shortens_its_clients_send_interval(
+    cluster: distributed.LocalCluster,
+) -> None:
+    """A workflow's steps run one after another: each submission leaves the
+    client within `send_interval` (1 ms), not Dask's 10 ms; None keeps Dask's."""
+    async with distributed.Client(cluster, asynchronous=True) as client:
+        dask_default = client.scheduler_comm.interval
+        assert dask_default == 0.01
+        untouched = DaskExecutor(client, send_interval=None)
+        assert await untouched.run(abs, (-1,), {}, key="r/0/1") == 1
+        assert client.scheduler_comm.interval == dask_default
+        assert await DaskExecutor(client).run(abs, (-2,), {}, key="r/1/1") == 2
+        assert client.scheduler_comm.interval == 0.001
+        assert await DaskExecutor(client, send_interval=0.004).run(abs, (-3,), {}, key="r/2/1")
+        assert client.scheduler_comm.interval == 0.001  # never made longer
+    for bad in (0, -1, 2, "1ms", True):
+        with pytest.raises(InvalidArgument, match="send_interval"):
+            DaskExecutor(client, send_interval=bad)  # type: ignore[arg-type]
