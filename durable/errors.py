@@ -71,6 +71,8 @@ DurableError
     │                                progress (a poison run); the run failed
     ├── RunCancelled                 the run was cancelled
     ├── RunNotFound                  no run of that id in the store (also LookupError)
+    ├── WrongRunState                a run control refused by the run's state
+    │                                (resume of a live run, forget of an active one)
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
@@ -156,6 +158,7 @@ __all__ = [
     "WorkerLost",
     "WorkflowError",
     "WorkflowFailed",
+    "WrongRunState",
 ]
 
 
@@ -1015,6 +1018,18 @@ class RunNotFound(WorkflowError, LookupError):
             "(a terminated run is forgotten once the engine's retention has passed)"
         )
         self.run_id = run_id
+
+
+class WrongRunState(WorkflowError):
+    """A run control refused because of the run's state: ``engine.resume``
+    of a run that is not failed or cancelled, ``engine.forget`` of a run
+    that has not terminated. ``state`` is the run's state (a lowercase
+    string: ``"running"``, ``"succeeded"``, ...)."""
+
+    def __init__(self, run_id: str, what: str, state: str, wanted: str) -> None:
+        super().__init__(f"{what}: run {run_id!r} is {state}; only {wanted} runs can be")
+        self.run_id = run_id
+        self.state = state
 
 
 class NotPublished(WorkflowError, LookupError):

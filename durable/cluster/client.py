@@ -334,7 +334,7 @@ class ClientRuntime(WorkflowRuntime):
         spec: RunSpec,
         member: GroupMembership | None,
         *,
-        internal: Mapping[bytes, bytes] | None = None,
+        internal: Mapping[bytes, bytes | None] | None = None,
         once: bool = False,
     ) -> SubmitOutcome:
         """As `WorkflowRuntime.submit_member`, through the inbox; see the module

@@ -107,7 +107,7 @@ class InboxWriter:
         queue: str,
         spec: RunSpec,
         member: GroupMembership | None = None,
-        internal: Mapping[bytes, bytes] | None = None,
+        internal: Mapping[bytes, bytes | None] | None = None,
         *,
         once: bool = False,
     ) -> bool:

@@ -103,15 +103,16 @@ class SubmitRequest(Request):
     """Start run ``spec.run_id`` (`WorkflowRuntime.submit_member`).
 
     ``spec`` has a run id and no effects; ``member`` names the run group the
-    run belongs to; ``internal`` holds KV puts under the reserved
-    ``workflow/`` prefix that commit with the run's first step; ``once``:
+    run belongs to; ``internal`` holds KV puts (a None value: a delete)
+    under the reserved ``workflow/`` prefix that commit with the run's first
+    step; ``once``:
     the id names one run for good (a terminated run of the id is that run:
     the same input starts nothing, another is an `InputMismatch`).
     """
 
     spec: RunSpec
     member: GroupMembership | None = None
-    internal: Mapping[bytes, bytes] = field(default_factory=dict)
+    internal: Mapping[bytes, bytes | None] = field(default_factory=dict)
     once: bool = False
 
     def __post_init__(self) -> None:
@@ -135,8 +136,9 @@ class SubmitRequest(Request):
                 raise InvalidArgument(
                     f"internal KV keys must be bytes under {RESERVED_KV_PREFIX!r}, got {key!r}"
                 )
-            check_bytes(f"internal value of {key!r}", value)
-            check_kv_value(key, value)
+            if value is not None:
+                check_bytes(f"internal value of {key!r}", value)
+                check_kv_value(key, value)
         object.__setattr__(self, "internal", internal)
 
 
@@ -413,13 +415,13 @@ def _submit(m: Mapping[str, Any], queue: str, nonce: bytes) -> SubmitRequest:
     spec = RunSpec(_field(m, "input", bytes), run_id=_field(m, "run_id", str), options=options)
     group_id = _optional(m, "group_id", str)
     member = None if group_id is None else GroupMembership(group_id, _field(m, "member_key", str))
-    internal: dict[bytes, bytes] = {}
+    internal: dict[bytes, bytes | None] = {}
     for pair in _optional(m, "internal", list) or []:
         if not isinstance(pair, list) or len(pair) != 2:
             raise TypeError(f"an internal write must be a [key, value] pair, got {pair!r:.80}")
         key, value = pair
-        if not isinstance(key, bytes) or not isinstance(value, bytes):
-            raise TypeError(f"an internal write must be bytes, got {pair!r:.80}")
+        if not isinstance(key, bytes) or not (value is None or isinstance(value, bytes)):
+            raise TypeError(f"an internal write must be bytes (or nil), got {pair!r:.80}")
         internal[key] = value
     once = _optional(m, "once", bool) or False
     return SubmitRequest(queue, nonce, spec, member, internal, once)

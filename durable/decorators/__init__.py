@@ -27,6 +27,7 @@ context (`context`), the delivery runner (`runner`), the codec (`codec`)
 and `@job` (`jobs`).
 """
 
+from durable.decorators.attributes import set_attributes
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import run_id
 from durable.decorators.current import current_engine
@@ -34,6 +35,7 @@ from durable.decorators.engine import Engine
 from durable.decorators.executors import InlineExecutor, StepExecutor
 from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
+from durable.decorators.listing import RunPage, RunSummary
 from durable.decorators.publish import publish
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
@@ -48,6 +50,8 @@ __all__ = [
     "JobFunction",
     "JobHandle",
     "JobSubmitter",
+    "RunPage",
+    "RunSummary",
     "StepExecutor",
     "StepFunction",
     "Waiting",
@@ -60,6 +64,7 @@ __all__ = [
     "job",
     "publish",
     "run_id",
+    "set_attributes",
     "sleep",
     "step",
     "wait_for_signal",

@@ -11,8 +11,9 @@
   When a run whose records take more than `ARCHIVE_MIN_BYTES` terminates,
   the engine's terminal hook (`durable.decorators.terminal`) writes them
   as one object in the run's memo (`archive_run`), then deletes the keys
-  in one commit: a terminated run keeps at most `ARCHIVE_MIN_BYTES` of
-  memory, about the size of its terminal record. The object is written
+  in one commit (which records the journal's count in the run's index
+  entry, `durable.decorators.index`): a terminated run keeps at most
+  `ARCHIVE_MIN_BYTES` of memory, about the size of its terminal record. The object is written
   first, so a crash between the two leaves the keys in place and the
   notification, redelivered, writes it again; once the keys are gone there
   is nothing left to archive. Smaller runs keep their keys (an object
@@ -38,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from durable.decorators.index import decode_entry, encode_entry, find_entry, index_keys
 from durable.decorators.journal import INLINE_MAX, Journal, entry_key, journal_prefix
 from durable.decorators.progress import progress_key
 from durable.decorators.publish import published_prefix
@@ -177,8 +179,10 @@ def _snapshot(engine: EngineBase, run_id: str) -> tuple[Archive, list[bytes]]:
 
 
 def run_keys(engine: EngineBase, run_id: str) -> list[bytes]:
-    """Every KV key the decorators keep for run ``run_id`` (read at once)."""
-    return _snapshot(engine, run_id)[1]
+    """Every KV key the decorators keep for run ``run_id`` (read at once),
+    its run index keys included."""
+    kv = engine.for_run(run_id).queue.kv.internal()
+    return _snapshot(engine, run_id)[1] + index_keys(kv, run_id)
 
 
 def needs_archive(engine: EngineBase, run_id: str) -> bool:
@@ -212,6 +216,10 @@ async def archive_run(engine: EngineBase, run_id: str) -> bool:
     batch = WriteBatch()
     for key in keys:
         kv.stage_delete(batch, key)
+    found = find_entry(kv, run_id)  # the index keeps the journal's count
+    if found is not None:
+        entry = decode_entry(run_id, found[1]).replace(steps=len(archive.journal))
+        kv.stage_put(batch, found[0], encode_entry(entry))
     await kv.commit(batch)
     view = engine.workflows.default.view
     if view.run_record(run_id) is None and view.terminal_record(run_id) is None:

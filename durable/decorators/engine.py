@@ -32,9 +32,9 @@ from __future__ import annotations
 import asyncio
 import os
 import signal as _signal
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from contextvars import Token
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
 
 from durable._logging import get_logger
@@ -59,8 +59,10 @@ from durable.store.queue.worker import Slots
 
 if TYPE_CHECKING:
     from durable.decorators.handles import WorkflowHandle
+    from durable.decorators.listing import RunPage
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
+    from durable.decorators.status import WorkflowState
     from durable.engine.access import RunQueue
 
 __all__ = ["DEFAULT_STORE", "Engine"]
@@ -444,6 +446,77 @@ class Engine(EngineBase):
         from durable.decorators.fork import fork_run
 
         return await fork_run(self, run_id, from_step, new_run_id)
+
+    async def runs(
+        self,
+        *,
+        state: WorkflowState | str | Collection[WorkflowState | str] | None = None,
+        workflow: str | Collection[str] | None = None,
+        started_after: int | datetime | None = None,
+        started_before: int | datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """A page of the store's workflow runs, newest first: at most
+        ``limit`` `RunSummary` values and the ``cursor`` of the next page
+        (None on the last). Every filter given must hold: ``state`` and
+        ``workflow`` one value or a collection; ``started_after <= started <
+        started_before`` (epoch ms or aware datetimes); ``attributes`` exact
+        on every pair. Read from the run index in memory (no object read);
+        works on a client engine and across partitions. See
+        `durable.decorators.listing`."""
+        from durable.decorators.listing import RunFilter, list_runs
+
+        f = RunFilter.of(
+            state=state,
+            workflow=workflow,
+            started_after=started_after,
+            started_before=started_before,
+            attributes=attributes,
+        )
+        return await list_runs(self, self.every_partition(), f, limit=limit, cursor=cursor)
+
+    async def resume(self, run_id: str) -> WorkflowHandle[Any]:
+        """Continue failed or cancelled run ``run_id`` under its id from its
+        last journaled step: the positions that succeeded answer from the
+        journal, the one that failed runs again. `WrongRunState` for a run
+        in another state, `RunNotFound` for an unknown one. See
+        `durable.decorators.control`."""
+        from durable.decorators.control import resume_run
+
+        return await resume_run(self, run_id)
+
+    async def forget(self, run_id: str) -> bool:
+        """Delete terminated run ``run_id`` and everything it stored (records,
+        journal, memo, archive, published values, index entry); False if
+        the store does not know it, `WrongRunState` for an active run,
+        `ReadOnlyStore` from a client engine. See `durable.decorators.control`."""
+        from durable.decorators.control import forget_run
+
+        return await forget_run(self, run_id)
+
+    async def cancel_runs(self, *, dry_run: bool = False, **filters: Any) -> int:
+        """Cancel every active run matching ``filters`` (those of `runs`, but
+        ``limit`` and ``cursor``); how many (``dry_run``: count only)."""
+        return await self._bulk("cancel", dry_run, filters)
+
+    async def resume_runs(self, *, dry_run: bool = False, **filters: Any) -> int:
+        """`resume` every failed or cancelled run matching ``filters`` (those
+        of `runs`); how many (``dry_run``: count only)."""
+        return await self._bulk("resume", dry_run, filters)
+
+    async def forget_runs(self, *, dry_run: bool = False, **filters: Any) -> int:
+        """`forget` every terminated run matching ``filters`` (those of
+        `runs`); how many (``dry_run``: count only)."""
+        return await self._bulk("forget", dry_run, filters)
+
+    async def _bulk(self, action: str, dry_run: bool, filters: dict[str, Any]) -> int:
+        from durable.decorators.control import bulk
+        from durable.decorators.listing import RunFilter
+
+        f = RunFilter.of(**filters)
+        return await bulk(self, self.every_partition(), action, f, dry_run=dry_run)
 
     async def signal(self, key: str, value: object = None) -> SignalOutcome:
         """Send ``value`` (through the codec) to the run waiting in

@@ -37,11 +37,13 @@ the archive).
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from durable.decorators.archive import Archive, invocation_key, load_invocation, read_archive
 from durable.decorators.context import executing_step
+from durable.decorators.index import decode_entry, find_entry
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import journal_prefix
 from durable.decorators.outcome import failure_text
@@ -58,23 +60,24 @@ __all__ = ["WorkflowState", "WorkflowStatus", "read_status"]
 
 
 class WorkflowState(enum.StrEnum):
-    """The state of a workflow run; a `str` (``state == "RUNNING"`` holds).
+    """The state of a workflow run; a `str` whose value is the lowercase name
+    (``state == "running"`` holds; ``WorkflowState("failed")`` parses one).
 
     See `durable.decorators.status` for what each state means exactly.
     """
 
     #: Queued, not claimed: starting, resuming, or between delivery retries.
-    PENDING = "PENDING"
+    PENDING = "pending"
     #: A worker holds the claim on the run's delivery: its code executes.
-    RUNNING = "RUNNING"
+    RUNNING = "running"
     #: Parked on durable waits (`WorkflowStatus.waiting`), holding no worker.
-    WAITING = "WAITING"
+    WAITING = "waiting"
     #: Terminated: the workflow returned.
-    SUCCEEDED = "SUCCEEDED"
+    SUCCEEDED = "succeeded"
     #: Terminated: the workflow raised, or the engine failed the run.
-    FAILED = "FAILED"
+    FAILED = "failed"
     #: Terminated: the run was cancelled.
-    CANCELLED = "CANCELLED"
+    CANCELLED = "cancelled"
 
     @property
     def terminated(self) -> bool:
@@ -119,6 +122,8 @@ class WorkflowStatus:
     error: str | None = None
     #: A cancellation was asked and the run has not terminated yet.
     cancel_requested: bool = False
+    #: The run's attributes (``.options(attributes=)``, ``durable.set_attributes``).
+    attributes: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def terminated(self) -> bool:
@@ -144,6 +149,8 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
             run_id, decode_invocation(pending, run_id).name, WorkflowState.PENDING, 0
         )
     steps = kv.count(journal_prefix(run_id))
+    found = find_entry(kv, run_id)
+    attributes = {} if found is None else dict(decode_entry(run_id, found[1]).attributes)
     if isinstance(status.state, Terminated):
         termination = status.state.termination
         state = _ENDS[termination.status]
@@ -163,6 +170,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
             steps,
             error_type=error_type,
             error=error,
+            attributes=attributes,
         )
     record = view.run_record(run_id)
     pointer = view.pointer(run_id)
@@ -186,6 +194,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
         current_step=current,
         waiting=waiting,
         cancel_requested=cancel_requested,
+        attributes=attributes,
     )
 
 

@@ -8,6 +8,9 @@ names one run: starting an id that is running, or that has terminated,
 with the same arguments returns that run (nothing runs again); with other
 arguments it raises `InputMismatch`.
 
+The same commit indexes the run (`durable.decorators.index`): its
+workflow's name, start time and ``attributes``.
+
 The queue never ends a run by its attempts (`QUEUE_ATTEMPTS`): a crash of
 a progressing run costs it nothing, and a poison run is failed by the
 runner (`durable.decorators.progress`).
@@ -21,7 +24,10 @@ from typing import TYPE_CHECKING
 
 from durable import events
 from durable.decorators.archive import invocation_record
+from durable.decorators.attributes import start_attributes
+from durable.decorators.index import IndexEntry, index_records
 from durable.decorators.progress import QUEUE_ATTEMPTS
+from durable.decorators.registry import DEFAULT_QUEUE
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, RunSpec, validate_run_id
 from durable.errors import InputMismatch
@@ -43,14 +49,17 @@ async def submit_run(
     headers: Mapping[str, str] | None = None,
     run_at: int | _dt.datetime | None = None,
     records: Mapping[bytes, bytes] | None = None,
+    attributes: Mapping[str, str] | None = None,
 ) -> str:
     """Submit a run of ``definition`` with the encoded invocation ``payload``;
     its run id (see the module docstring for a known id). ``records``: more
-    reserved KV writes to commit with the submission (a fork's journal)."""
+    reserved KV writes to commit with the submission (a fork's journal);
+    ``attributes``: the run's attributes (`durable.decorators.attributes`)."""
     if run_id is None:
         run_id = engine.new_run_id()
     else:
         validate_run_id(run_id)
+    checked = start_attributes(attributes or {}, f"run {run_id!r}")
     runtime = engine.for_run(run_id).workflows.runtime_for(definition.queue)
     headers = dict(headers or {})
     if events.TRACING is not None:  # the caller's trace context rides the run's headers
@@ -70,6 +79,9 @@ async def submit_run(
         return run_id
     internal = await invocation_record(runtime.memos, run_id, payload)
     internal.update(records or {})
+    queue = None if definition.queue == DEFAULT_QUEUE else definition.queue
+    entry = IndexEntry(run_id, definition.name, engine.clock.now_ms(), checked, queue=queue)
+    internal.update(index_records(entry))
     outcome = await runtime.submit(
         RunSpec(payload, run_id=run_id, options=options), internal=internal, once=True
     )

@@ -6,7 +6,7 @@ its own concurrency limit on the `Engine`). Its runs:
 
 - ``await wf.start(*args, **kwargs)`` starts one and returns its
   `WorkflowHandle` (durable when it returns);
-- ``await wf.options(run_id=..., priority=..., headers=..., run_at=...)
+- ``await wf.options(run_id=..., priority=..., headers=..., run_at=..., attributes=...)
   .start(...)`` starts one with options;
 - ``await wf(*args, **kwargs)`` outside a workflow starts one and waits for
   its result; inside a workflow it runs a *child* workflow
@@ -28,6 +28,7 @@ import functools
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any, Generic, ParamSpec, TypeVar, overload
 
+from durable.decorators.attributes import start_attributes
 from durable.decorators.children import call_child
 from durable.decorators.context import active_run
 from durable.decorators.current import current_engine
@@ -63,11 +64,14 @@ class WorkflowStarter(Generic[P, R]):
         priority: int | None = None,
         headers: Mapping[str, str] | None = None,
         run_at: int | _dt.datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> None:
         if run_id is not None:
             validate_run_id(run_id)
         # Checked now, not when the run starts.
         RunOptions(headers=dict(headers or {}), priority=priority, run_at=run_at)
+        what = f"run {run_id!r}" if run_id else f"a run of workflow {definition.name!r}"
+        self.attributes = start_attributes(attributes or {}, what)
         self.definition = definition
         self.run_id = run_id
         self.priority = priority
@@ -90,6 +94,7 @@ class WorkflowStarter(Generic[P, R]):
             priority=self.priority,
             headers=self.headers,
             run_at=self.run_at,
+            attributes=self.attributes,
         )
         return WorkflowHandle(engine, run_id, input_digest=input_digest(payload))
 
@@ -123,13 +128,21 @@ class Workflow(Generic[P, R]):
         priority: int | None = None,
         headers: Mapping[str, str] | None = None,
         run_at: int | _dt.datetime | None = None,
+        attributes: Mapping[str, str] | None = None,
     ) -> WorkflowStarter[P, R]:
         """A starter with options: ``run_id`` (one run per id: starting it again
         returns that run), ``priority`` (lower runs first), ``headers``
         (str -> str, reported with the outcome), ``run_at`` (not before:
-        epoch ms or an aware datetime)."""
+        epoch ms or an aware datetime), ``attributes`` (a few searchable
+        str -> str pairs: ``engine.runs(attributes=...)``;
+        `durable.decorators.attributes`)."""
         return WorkflowStarter(
-            self.definition, run_id=run_id, priority=priority, headers=headers, run_at=run_at
+            self.definition,
+            run_id=run_id,
+            priority=priority,
+            headers=headers,
+            run_at=run_at,
+            attributes=attributes,
         )
 
     async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:

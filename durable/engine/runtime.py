@@ -216,7 +216,7 @@ class WorkflowRuntime:
         self,
         spec: RunSpec,
         *,
-        internal: Mapping[bytes, bytes] | None = None,
+        internal: Mapping[bytes, bytes | None] | None = None,
         once: bool = False,
     ) -> SubmitOutcome:
         """Start a run; idempotent on ``(run_id, input)``.
@@ -229,9 +229,9 @@ class WorkflowRuntime:
         (nothing starts) and another raises `InputMismatch` (the decorators
         submit so: a run id is one run).
 
-        ``internal``: KV writes under the reserved ``workflow/`` prefix that
-        commit with the run's first step, for layers built on the runtime
-        (the decorators record a run's invocation so). Unlike
+        ``internal``: KV writes (None: a delete) under the reserved
+        ``workflow/`` prefix that commit with the run's first step, for layers
+        built on the runtime (the decorators record a run's invocation so). Unlike
         ``spec.effects`` they are not checked: never pass user keys.
         """
         return await self.submit_member(spec, None, internal=internal, once=once)
@@ -241,7 +241,7 @@ class WorkflowRuntime:
         spec: RunSpec,
         member: GroupMembership | None,
         *,
-        internal: Mapping[bytes, bytes] | None = None,
+        internal: Mapping[bytes, bytes | None] | None = None,
         once: bool = False,
     ) -> SubmitOutcome:
         """`submit` of a run group's member (how `RunGroup` submits): the run

@@ -49,14 +49,18 @@ __all__ = [
 
 
 def internal_effects(
-    internal: Mapping[bytes, bytes] | None, effects: SettlementEffects | None = None
+    internal: Mapping[bytes, bytes | None] | None, effects: SettlementEffects | None = None
 ) -> SettlementEffects:
-    """``effects`` (new if None) plus the KV puts of ``internal``: the writes
-    under the reserved prefix that a layer built on the runtime commits with
-    one of its operations (not checked against the prefix: never user keys)."""
+    """``effects`` (new if None) plus the KV writes of ``internal`` (a None
+    value deletes its key): the writes under the reserved prefix that a layer
+    built on the runtime commits with one of its operations (not checked
+    against the prefix: never user keys)."""
     fx = effects if effects is not None else SettlementEffects()
     for key, value in (internal or {}).items():
-        fx.kv_put(key, value)
+        if value is None:
+            fx.kv_delete(key)
+        else:
+            fx.kv_put(key, value)
     return fx
 
 

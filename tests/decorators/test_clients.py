@@ -89,7 +89,7 @@ async def test_a_client_starts_runs_and_reads_them(make_objects: Factory, clock:
         assert await handle.get("seen") == 20
         status = await handle.status()
         assert status is not None
-        assert (status.state, status.workflow, status.steps) == ("SUCCEEDED", "clients.pipeline", 1)
+        assert (status.state, status.workflow, status.steps) == ("succeeded", "clients.pipeline", 1)
         # A known run id is the same run; `await wf(x)` waits for it.
         assert await asyncio.wait_for(pipeline(5), LIMIT) == 11
         same = await pipeline.options(run_id=handle.run_id).start(20)
@@ -227,7 +227,7 @@ async def test_a_standby_that_takes_over_waits_for_the_runs_it_asked_for(
             handle = await pipeline.options(run_id="asked").start(4)
             status = await handle.status()
             assert status is not None
-            assert status.state == "PENDING"
+            assert status.state == "pending"
             await owner.__aexit__(None, None, None)
             await standby.wait_owner(True, timeout=LIMIT)
             assert await asyncio.wait_for(handle.result(), LIMIT) == 9

@@ -68,7 +68,7 @@ async def test_a_fenced_engines_pending_result_raises_then_it_serves_as_a_standb
             assert await first.handle(handle.run_id).result(timeout=LIMIT) == "approved"
             status = await first.handle(handle.run_id).status()
             assert status is not None
-            assert status.state == "SUCCEEDED"
+            assert status.state == "succeeded"
     assert not first.running
 
 

@@ -184,7 +184,7 @@ async def test_pending_a_run_that_starts_later_or_that_no_worker_here_runs(
         )
         status = await queued.status()
         assert status == WorkflowStatus(queued.run_id, "status.sleeper", WorkflowState.PENDING, 0)
-        assert status.state == "PENDING"  # a plain str enum
+        assert status.state == "pending"  # a plain str enum
         assert not status.terminated
     async with running(make_objects, clock, concurrency={"workflows": 0}) as engine:
         # another engine (that runs nothing: a worker would claim it at once): the same

@@ -60,5 +60,5 @@ def test_agent_approval_timeout_and_memoized_model_calls(tmp_path: Path) -> None
     # The status while the run waits: plain state, journal positions, the wait.
     for run_id in (approved, timeout):
         assert (
-            f"run '{run_id}' status: WAITING, 5 journaled steps, in durable.wait_for_signal" in out
+            f"run '{run_id}' status: waiting, 5 journaled steps, in durable.wait_for_signal" in out
         )
