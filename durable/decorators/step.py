@@ -129,8 +129,10 @@ class StepFunction(Generic[P, R]):
     ) -> R:
         codec, clock = run.codec, run.clock
         what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
+        started = clock.now_ms()
+        attempts = 0
         if self.at_most_once:
-            await run.record(position, Entry(self.name, START, time=clock.now_ms()))
+            await run.record(position, Entry(self.name, START, time=started))
         try:
             if self.executor == INLINE:  # today's path: awaited here, in the workflow's task
 
@@ -139,20 +141,24 @@ class StepFunction(Generic[P, R]):
 
             else:
                 call = self._delegated(run, position, args, kwargs, what)
+
+            def before() -> None:
+                nonlocal attempts
+                run.check_writable(position, self.name)
+                attempts += 1
+
             with in_step(self.name), run.executing(position, self.name):
-                result = await run_attempts(
-                    self.policy,
-                    clock,
-                    call,
-                    what,
-                    before=lambda: run.check_writable(position, self.name),
-                )
+                result = await run_attempts(self.policy, clock, call, what, before=before)
             ok = codec.dumps(result, what=f"the result of {what}")
         except Exception as error:
             err = codec.dumps_error(error, what=f"the exception of {what}")
-            await run.record(position, Entry(self.name, STEP, err=err, time=clock.now_ms()))
+            now = clock.now_ms()
+            failed = Entry(self.name, STEP, err=err, time=now, started=started, attempts=attempts)
+            await run.record(position, failed)
             raise
-        await run.record(position, Entry(self.name, STEP, ok=ok, time=clock.now_ms()))
+        now = clock.now_ms()
+        done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
+        await run.record(position, done)
         value: R = codec.loads(ok, what=f"the result of {what}")
         return value
 
