@@ -78,15 +78,15 @@ def parse_json_or_text(text: str) -> Any:
 
 
 def parse_options(items: list[str] | None) -> dict[str, Any]:
-    """``--option key=value`` pairs as a dict; `typer.BadParameter` naming a
-    pair without ``=`` or with an empty key."""
+    """``--option key=value`` pairs as a dict; a usage error (two lines on
+    stderr, exit status 2) naming a pair without ``=`` or with an empty key."""
     options: dict[str, Any] = {}
     for item in items or []:
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            raise typer.BadParameter(
-                f"{item!r} is not KEY=VALUE", param_hint="'--option'"
-            )
+            typer.echo(f"error: --option {item!r} is not KEY=VALUE", err=True)
+            typer.echo("e.g. --option endpoint_url=http://localhost:9000", err=True)
+            raise typer.Exit(2)
         options[key.strip()] = parse_json_or_text(value)
     return options
 

@@ -9,9 +9,12 @@ import sys
 from pathlib import Path
 
 import cli_flows as flows
+import pytest
 from conftest import HERE, REPO, Built, cli
 
 from durable import Engine
+
+pytestmark = pytest.mark.slow  # a process costs 1-4 s here
 
 
 def test_show_json_and_table_from_a_process(built: Built) -> None:
