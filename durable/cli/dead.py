@@ -20,7 +20,7 @@ from durable.cli.options import JsonFlag, OptionList, SigningKey, StoreArgs, Url
 from durable.cli.output import console, emit_json, format_time, table
 from durable.cli.store import open_engine
 from durable.cluster.client import ClientRuntime
-from durable.decorators.base import EngineBase
+from durable.decorators.engine import Engine
 from durable.engine.runs import HEADER_RUN_ID
 from durable.errors import JobNotFound
 from durable.store.queue import JobRecord, JobStatus
@@ -41,7 +41,7 @@ def _row(job: JobRecord) -> dict[str, Any]:
     }
 
 
-def dead_letters(engine: EngineBase, queue: str | None, limit: int) -> list[dict[str, Any]]:
+def dead_letters(engine: Engine, queue: str | None, limit: int) -> list[dict[str, Any]]:
     """Up to ``limit`` dead jobs of ``queue`` (every queue: None), every partition."""
     rows: list[dict[str, Any]] = []
     for part in engine.every_partition():

@@ -123,9 +123,7 @@ def translate(error: BaseException, url: str) -> CliError:
         return CliError(f"{type(error).__name__}: {text}", f"store {url}", EXIT_FAILED)
     if isinstance(error, OSError):
         return CliError(f"{type(error).__name__}: {text}", f"store {url}", EXIT_FAILED)
-    return CliError(
-        f"{type(error).__name__}: {text}", "run again with --verbose for the traceback"
-    )
+    return CliError(f"{type(error).__name__}: {text}", "run again with --verbose for the traceback")
 
 
 @contextmanager

@@ -64,9 +64,7 @@ VerboseFlag = Annotated[
     bool,
     typer.Option("--verbose", "-v", help="Log durable's events and tracebacks to stderr."),
 ]
-JsonFlag = Annotated[
-    bool, typer.Option("--json", help="Print only a JSON document on stdout.")
-]
+JsonFlag = Annotated[bool, typer.Option("--json", help="Print only a JSON document on stdout.")]
 
 
 def parse_json_or_text(text: str) -> Any:

@@ -181,9 +181,7 @@ def render_run(document: dict[str, Any]) -> None:
                 "steps journaled": document["steps"],
                 "current step": document["current_step"],
                 "waits on": _waits_text(document["waiting"]),
-                "error": ": ".join(
-                    x for x in (document["error_type"], document["error"]) if x
-                ),
+                "error": ": ".join(x for x in (document["error_type"], document["error"]) if x),
                 "cancel requested": "yes" if document["cancel_requested"] else None,
                 "attributes": attributes,
             }

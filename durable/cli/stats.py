@@ -19,7 +19,7 @@ from durable.cli.errors import run
 from durable.cli.options import JsonFlag, OptionList, SigningKey, StoreArgs, UrlArg, VerboseFlag
 from durable.cli.output import console, emit_json, fields_table, table
 from durable.cli.store import open_engine
-from durable.decorators.base import EngineBase
+from durable.decorators.engine import Engine
 from durable.engine.runs import RESERVED_KV_PREFIX
 
 __all__ = ["register", "store_stats"]
@@ -29,7 +29,7 @@ _OUTCOMES = RESERVED_KV_PREFIX + b"outcomes/"
 _COUNTS = ("pending", "scheduled", "claimed", "dead", "done")
 
 
-def store_stats(engine: EngineBase) -> dict[str, Any]:
+def store_stats(engine: Engine) -> dict[str, Any]:
     """The counters of every queue and the run counts, summed over partitions."""
     queues: dict[str, dict[str, int]] = {}
     active = terminated = 0

@@ -35,7 +35,8 @@ def test_show_a_failed_run_names_attempts_and_error(built: Built) -> None:
     step = doc["positions"][1]
     assert (step["name"], step["state"], step["attempts"]) == ("cli.flaky", "failed", 2)
     assert step["error"] == "ValueError: bad input 4"
-    assert step["duration_ms"] is not None and step["duration_ms"] >= 0
+    assert step["duration_ms"] is not None
+    assert step["duration_ms"] >= 0
     assert doc["positions"][0]["result_bytes"] > 0
 
 
@@ -46,7 +47,8 @@ def test_show_a_waiting_run_names_its_signal_key(built: Built) -> None:
     assert doc["waiting"]["until_ms"] is None  # no timeout
     assert doc["positions"][-1]["kind"] == "signal"
     code, out, _ = invoke("show", built.url, "r-waits")
-    assert code == 0 and "signal 'k-1', no timeout" in out
+    assert code == 0
+    assert "signal 'k-1', no timeout" in out
 
 
 def test_stats_dead_and_kv(built: Built) -> None:
@@ -97,9 +99,12 @@ async def test_a_corrupt_checkpoint_is_named_by_its_key(tmp_path: Path) -> None:
     key = victim.relative_to(tmp_path / "store").as_posix()
     exit_code, _, err = await asyncio.to_thread(invoke, "stats", url)
     assert exit_code == 4, err
-    assert len(err.strip().splitlines()) <= 2 and key in err and "Traceback" not in err
+    assert len(err.strip().splitlines()) <= 2
+    assert key in err
+    assert "Traceback" not in err
     exit_code, _, err = await asyncio.to_thread(invoke, "stats", url, "--verbose")
-    assert exit_code == 4 and "Traceback" in err  # only with --verbose
+    assert exit_code == 4
+    assert "Traceback" in err
 
 
 async def test_cancel_fork_requeue_reach_a_live_owner(tmp_path: Path) -> None:
@@ -120,7 +125,8 @@ async def test_cancel_fork_requeue_reach_a_live_owner(tmp_path: Path) -> None:
         with pytest.raises(RunCancelled):
             await waiting.result()
         code, out, err = await asyncio.to_thread(invoke, "cancel", url, "r-done")
-        assert code == 0 and "terminated already" in out
+        assert code == 0
+        assert "terminated already" in out
 
         code, out, err = await asyncio.to_thread(invoke, "requeue", url, job_id)
         assert code == 0, err
@@ -134,4 +140,5 @@ async def test_cancel_fork_requeue_reach_a_live_owner(tmp_path: Path) -> None:
         assert json.loads(out)["run_id"] == "r-fork"
         assert await engine.handle("r-fork").result() == 6
         status = await engine.handle("r-fork").status()
-        assert status is not None and status.state is WorkflowState.SUCCEEDED
+        assert status is not None
+        assert status.state is WorkflowState.SUCCEEDED

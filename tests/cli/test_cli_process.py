@@ -54,7 +54,7 @@ def test_bad_inputs_from_a_process(built: Built, tmp_path: Path) -> None:
 
 async def test_signal_from_a_process_reaches_the_owner(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
-    async with Engine(url) as engine:
+    async with Engine(url):
         handle = await flows.waits.options(run_id="r-sig").start("k-2")
         await handle.waiting()
         env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO), str(HERE)])}
@@ -65,6 +65,6 @@ async def test_signal_from_a_process_reaches_the_owner(tmp_path: Path) -> None:
             stderr=asyncio.subprocess.PIPE,
             env=env,
         )
-        out, err = await proc.communicate()
+        _out, err = await proc.communicate()
         assert proc.returncode == 0, err
         assert await handle.result() == "got {'n': 5}"
