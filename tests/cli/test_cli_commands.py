@@ -8,7 +8,7 @@ from pathlib import Path
 
 import cli_flows as flows
 import pytest
-from conftest import Built
+from cli_helpers import Built
 from typer.testing import CliRunner
 
 from durable import Engine, WorkflowState
@@ -55,8 +55,8 @@ def test_stats_dead_and_kv(built: Built) -> None:
     stats = run_json("stats", built.url)
     assert stats["runs"] == {"active": 1, "terminated": 3}  # r-ok's child terminated too
     assert stats["dead_letters"] == 1
-    assert {q["queue"] for q in stats["queues"]} >= {"emails"}
-    dead = run_json("dead", built.url, "--queue", "emails")["dead"]
+    assert {q["queue"] for q in stats["queues"]} >= {"cli-mail"}
+    dead = run_json("dead", built.url, "--queue", "cli-mail")["dead"]
     assert [(d["job_id"], d["last_error"]) for d in dead] == [(built.dead_job, "smtp down")]
     assert run_json("kv", "get", built.url, "app/a")["text"] == "alpha"
     entries = run_json("kv", "scan", built.url, "app/")["entries"]
@@ -115,8 +115,8 @@ async def test_cancel_fork_requeue_reach_a_live_owner(tmp_path: Path) -> None:
         done = await flows.ok.options(run_id="r-done").start(1)
         assert await done.result() == 6
         queue = engine.queue
-        job_id = await queue.enqueue("emails", b"hi")
-        claim = await queue.claim("emails")
+        job_id = await queue.enqueue("cli-mail", b"hi")
+        claim = await queue.claim("cli-mail")
         assert claim is not None
         await queue.dead_letter(claim, "smtp down")
 
@@ -130,7 +130,7 @@ async def test_cancel_fork_requeue_reach_a_live_owner(tmp_path: Path) -> None:
 
         code, out, err = await asyncio.to_thread(invoke, "requeue", url, job_id)
         assert code == 0, err
-        assert await queue.wait_for_jobs_on("emails", 30)  # the owner applied it
+        assert await queue.wait_for_jobs_on("cli-mail", 30)  # the owner applied it
         assert queue.job_record(job_id).status is JobStatus.PENDING
 
         code, out, err = await asyncio.to_thread(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import cli_flows as flows
 import pytest
-from conftest import HERE, REPO, Built, cli
+from cli_helpers import HERE, REPO, Built, cli
 
 from durable import Engine
 
