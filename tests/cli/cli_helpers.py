@@ -5,8 +5,10 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import cli_flows as flows
 import pytest
@@ -25,12 +27,12 @@ class Built:
     dead_job: str
 
 
-async def build(url: str) -> Built:
+async def build(url: str, storage_options: Mapping[str, Any] | None = None) -> Built:
     """Runs ``r-ok`` (succeeded, with a child and a published key),
     ``r-fails`` (failed after 2 attempts), ``r-waits`` (waiting on signal
     ``k-1``); a dead job on queue ``cli-mail``; KV keys ``app/a`` (text) and
     ``app/b`` (binary)."""
-    async with Engine(url) as engine:
+    async with Engine(url, storage_options=storage_options) as engine:
         ok = await flows.ok.options(run_id="r-ok").start(3)
         fails = await flows.fails.options(run_id="r-fails").start(4)
         waits = await flows.waits.options(run_id="r-waits").start("k-1")

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import cli_flows as flows
 import pytest
-from cli_helpers import HERE, REPO, Built, cli
+from cli_helpers import HERE, REPO, Built, build, cli
 
 from durable import Engine
 
@@ -68,3 +68,22 @@ async def test_signal_from_a_process_reaches_the_owner(tmp_path: Path) -> None:
         _out, err = await proc.communicate()
         assert proc.returncode == 0, err
         assert await handle.result() == "got {'n': 5}"
+
+
+@pytest.mark.emulator
+async def test_show_and_missing_bucket_on_s3(tmp_path: Path) -> None:
+    from durable.testing import cloud
+
+    if not cloud.available("s3"):
+        pytest.skip(f"{cloud.ENV['s3']} is unset: start the emulators with scripts/test")
+    location = await cloud.new_location("s3", tmp_path)
+    await build(location.url, location.options)
+    options = [f"--option={k}={json.dumps(v)}" for k, v in location.options.items()]
+    done = await asyncio.to_thread(cli, "show", location.url, "r-ok", "--json", *options)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["state"] == "succeeded"
+    empty = location.url.rsplit("/", 1)[0] + "/no-store-here"
+    missing = await asyncio.to_thread(cli, "stats", empty, *options)
+    assert missing.returncode == 3, missing.stderr
+    assert empty in missing.stderr
+    assert len(missing.stderr.strip().splitlines()) <= 2
