@@ -406,6 +406,12 @@ class ClientRuntime(WorkflowRuntime):
         self.client.follower.wake()
         return True
 
+    async def requeue_dead(self, job_id: str) -> None:
+        """A requeue request for dead job ``job_id`` (`Queue.requeue_dead_job`
+        in the owner; a job that is not dead by then is left as it is)."""
+        await self.client.inbox.requeue(self.options.queue_name, job_id)
+        self.client.follower.wake()
+
     async def catch_up(self, run_id: str) -> None:
         """The view reads the log once more (a poll that begins now), so a
         run another process started, or this one started as the owner

@@ -38,6 +38,7 @@ from durable.cluster.requests import (
     ClearSignalRequest,
     GroupMarkRequest,
     Request,
+    RequeueRequest,
     SignalRequest,
     SubmitRequest,
     decode_request,
@@ -163,6 +164,11 @@ class InboxWriter:
         """Ask the owner to write the group marker of ``group_id``
         (`GroupRetention.mark`)."""
         return await self._post(GroupMarkRequest(queue, _nonce(), group_id))
+
+    async def requeue(self, queue: str, job_id: str) -> Posted:
+        """Ask the owner to requeue dead job ``job_id`` (`Queue.requeue_dead_job`),
+        through the runtime of ``queue``."""
+        return await self._post(RequeueRequest(queue, _nonce(), job_id))
 
     async def _post(self, request: Request) -> Posted:
         data = encode_request(request)

@@ -2,8 +2,10 @@
 
 `apply_request` performs a request with its done record's writes committed
 in the transaction that performs the operation (the ``internal=`` of
-`WorkflowRuntime.submit_member`, `signal`, `cancel`, `clear_signal` and
-`GroupRetention.mark`). A submission the runtime answers without a write
+`WorkflowRuntime.submit_member`, `signal`, `cancel`, `clear_signal`,
+`GroupRetention.mark`, and the effects of `Queue.requeue_dead_job`: a
+requeue of a job that is no longer dead raises `InvalidState`, recorded in
+its done record). A submission the runtime answers without a write
 (the run is active: a duplicate, or `InputMismatch`) commits the done record
 alone, on the condition that the run record is still the one it checked, so
 no later termination of the run can slip between the check and the record.
@@ -26,6 +28,7 @@ from durable.cluster.requests import (
     ClearSignalRequest,
     GroupMarkRequest,
     Request,
+    RequeueRequest,
     SignalDeliverRequest,
     SignalRegisterRequest,
     SignalRejectRequest,
@@ -37,7 +40,8 @@ from durable.cluster.requests import (
 from durable.engine import keys
 from durable.engine.records import decode_run_record
 from durable.engine.transitions import internal_effects
-from durable.errors import InputMismatch
+from durable.errors import InputMismatch, JobNotFound, ReadOnlyStore
+from durable.store.queue import Queue
 
 if TYPE_CHECKING:
     from durable.engine.runtime import WorkflowRuntime
@@ -57,6 +61,8 @@ async def apply_request(rt: WorkflowRuntime, request: Request, done: dict[bytes,
         await rt.clear_signal(request.key, internal=done)
     elif isinstance(request, GroupMarkRequest):
         await rt.group_markers.mark(request.group_id, internal=done)
+    elif isinstance(request, RequeueRequest):
+        await _requeue(rt, request, done)
     elif isinstance(request, SignalRegisterRequest):
         await rt.signals.accept_waiter(request.key, request.waiter, internal=done)
     elif isinstance(request, SignalUnregisterRequest):
@@ -90,6 +96,18 @@ async def _submit(rt: WorkflowRuntime, request: SubmitRequest, done: dict[bytes,
             raise InputMismatch(record.run_id)  # recorded by the caller
         if await rt.queue.kv_compare_commit(key, raw, internal_effects(done)) is not None:
             return
+
+
+async def _requeue(rt: WorkflowRuntime, request: RequeueRequest, done: dict[bytes, bytes]) -> None:
+    """Requeue the dead job with ``done`` in its transaction; `JobNotFound`
+    for an unknown job, `InvalidState` for one that is not dead."""
+    queue = rt.queue
+    if not isinstance(queue, Queue):  # pragma: no cover - the applier runs in the owner
+        raise ReadOnlyStore(queue.writer.objects.url, "requeue a dead job")
+    record = queue.job_record(request.job_id)
+    if record is None:
+        raise JobNotFound(request.job_id)
+    await queue.requeue_dead_job(record, internal_effects(done))
 
 
 async def follow_up(rt: WorkflowRuntime, request: Request) -> None:

@@ -6,7 +6,7 @@ A request is one object under the store's ``inbox/`` prefix:
   written create-if-absent, so two processes submitting the same run id at
   once collapse to one object;
 - ``inbox/req/<ulid>``: every other kind (`SignalRequest`, `CancelRequest`,
-  `ClearSignalRequest`, `GroupMarkRequest`, and the messages partitions
+  `ClearSignalRequest`, `GroupMarkRequest`, `RequeueRequest`, and the messages partitions
   send each other about signal keys: `SignalRegisterRequest`,
   `SignalUnregisterRequest`, `SignalDeliverRequest`, `SignalRejectRequest`,
   `SignalReturnRequest`, see `durable.engine.signals`), named by a ULID
@@ -52,6 +52,7 @@ __all__ = [
     "ClearSignalRequest",
     "GroupMarkRequest",
     "Request",
+    "RequeueRequest",
     "SignalDeliverRequest",
     "SignalRegisterRequest",
     "SignalRejectRequest",
@@ -188,6 +189,20 @@ class GroupMarkRequest(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class RequeueRequest(Request):
+    """Give dead job ``job_id`` a fresh set of attempts (`Queue.requeue_dead_job`).
+
+    ``queue`` names the runtime that applies the request (any workflow
+    runtime of the store: the job may be on any queue of it)."""
+
+    job_id: str
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        validate_id(self.job_id, "job id")
+
+
+@dataclass(frozen=True, slots=True)
 class WaiterRequest(Request):
     """A message about run ``run_id`` whose step job ``job_id`` (of runtime
     queue ``queue``) waits on ``key`` (`durable.engine.signals`, across
@@ -292,6 +307,8 @@ def encode_request(request: Request) -> bytes:
         m.update(kind="clear_signal", key=request.key)
     elif isinstance(request, GroupMarkRequest):
         m.update(kind="group_mark", group_id=request.group_id)
+    elif isinstance(request, RequeueRequest):
+        m.update(kind="requeue", job_id=request.job_id)
     elif isinstance(request, WaiterRequest) and type(request) in _WAITER_KINDS:
         m.update(
             kind=_WAITER_KINDS[type(request)],
@@ -386,6 +403,8 @@ def _build(m: Mapping[str, Any]) -> Request:
         return ClearSignalRequest(queue, nonce, _field(m, "key", str))
     if kind == "group_mark":
         return GroupMarkRequest(queue, nonce, _field(m, "group_id", str))
+    if kind == "requeue":
+        return RequeueRequest(queue, nonce, _field(m, "job_id", str))
     if kind == "signal_return":
         return SignalReturnRequest(queue, nonce, _field(m, "key", str), _field(m, "payload", bytes))
     for cls, name in _WAITER_KINDS.items():

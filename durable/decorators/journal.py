@@ -24,6 +24,8 @@ absent fields take their defaults, unknown ones are ignored):
 | ``key`` | a signal wait's correlation key; a child's run id |
 | ``suspended`` | the step number of the delivery that suspended on this wait |
 | ``ref`` | ``ok``/``err`` are in the run memo (values over `INLINE_MAX`) |
+| ``started`` | ms: when a step's first attempt began (0: not recorded) |
+| ``attempts`` | how many attempts a step took (0: not recorded) |
 
 Values larger than `INLINE_MAX` bytes go to the run memo first (one object
 write) and the entry keeps a reference. An entry that cannot be decoded
@@ -97,6 +99,10 @@ class Entry:
     key: str | None = None
     suspended: int | None = None
     ref: bool = False
+    #: When a step's first attempt began (engine-clock ms; 0: not recorded).
+    started: int = 0
+    #: How many attempts a step took (0: not recorded, e.g. a replayed fork).
+    attempts: int = 0
 
     @property
     def resolved(self) -> bool:
@@ -127,6 +133,10 @@ def encode_entry(entry: Entry) -> bytes:
         m["suspended"] = entry.suspended
     if entry.ref:
         m["ref"] = True
+    if entry.started:
+        m["started"] = entry.started
+    if entry.attempts:
+        m["attempts"] = entry.attempts
     packed: bytes = msgpack.packb(m, use_bin_type=True)
     return packed
 
@@ -150,6 +160,8 @@ def decode_entry(data: bytes, run_id: str, position: int) -> Entry:
             key=m.get("key"),
             suspended=m.get("suspended"),
             ref=m.get("ref", False),
+            started=m.get("started", 0),
+            attempts=m.get("attempts", 0),
         )
         _check(entry)
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
@@ -171,6 +183,10 @@ def _check(entry: Entry) -> None:
         raise ValueError(f"suspended must be an int, got {entry.suspended!r}")
     if not isinstance(entry.ref, bool):
         raise ValueError(f"ref must be a bool, got {entry.ref!r}")
+    for name in ("started", "attempts"):
+        value = getattr(entry, name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise ValueError(f"{name} must be an int >= 0, got {value!r}")
 
 
 class Journal:

@@ -127,13 +127,27 @@ class StepFunction(Generic[P, R]):
 
         return call
 
+    def _ended(self, run_id: str, position: int, began: float, error: BaseException | None) -> None:
+        """Emit the ``step_end`` event of the step at ``position``."""
+        events.emit(
+            "step_end",
+            run_id=run_id,
+            step=self.name,
+            position=position,
+            duration_ms=round((time.perf_counter() - began) * 1000, 3),
+            ok=error is None,
+            **({} if error is None else {"error": type(error).__name__}),
+        )
+
     async def _execute(
         self, run: RunContext, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
         codec, clock = run.codec, run.clock
         what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
+        started = clock.now_ms()
+        attempts = 0
         if self.at_most_once:
-            await run.record(position, Entry(self.name, START, time=clock.now_ms()))
+            await run.record(position, Entry(self.name, START, time=started))
         tracing, began = events.TRACING, time.perf_counter()
         events.emit("step_start", run_id=run.run_id, step=self.name, position=position)
         try:
@@ -144,6 +158,12 @@ class StepFunction(Generic[P, R]):
 
             else:
                 call = self._delegated(run, position, args, kwargs, what)
+
+            def before() -> None:
+                nonlocal attempts
+                run.check_writable(position, self.name)
+                attempts += 1
+
             span = (
                 tracing.step_span(run.run_id, self.name, position)
                 if tracing is not None
@@ -155,7 +175,7 @@ class StepFunction(Generic[P, R]):
                     clock,
                     call,
                     what,
-                    before=lambda: run.check_writable(position, self.name),
+                    before=before,
                     on_retry=lambda attempt, delay, error: events.emit(
                         "retry",
                         run_id=run.run_id,
@@ -169,28 +189,15 @@ class StepFunction(Generic[P, R]):
             ok = codec.dumps(result, what=f"the result of {what}")
         except Exception as error:
             err = codec.dumps_error(error, what=f"the exception of {what}")
-            await run.record(position, Entry(self.name, STEP, err=err, time=clock.now_ms()))
-            ms = round((time.perf_counter() - began) * 1000, 3)
-            events.emit(
-                "step_end",
-                run_id=run.run_id,
-                step=self.name,
-                position=position,
-                duration_ms=ms,
-                ok=False,
-                error=type(error).__name__,
-            )
+            now = clock.now_ms()
+            failed = Entry(self.name, STEP, err=err, time=now, started=started, attempts=attempts)
+            await run.record(position, failed)
+            self._ended(run.run_id, position, began, error)
             raise
-        await run.record(position, Entry(self.name, STEP, ok=ok, time=clock.now_ms()))
-        ms = round((time.perf_counter() - began) * 1000, 3)
-        events.emit(
-            "step_end",
-            run_id=run.run_id,
-            step=self.name,
-            position=position,
-            duration_ms=ms,
-            ok=True,
-        )
+        now = clock.now_ms()
+        done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
+        await run.record(position, done)
+        self._ended(run.run_id, position, began, None)
         value: R = codec.loads(ok, what=f"the result of {what}")
         return value
 

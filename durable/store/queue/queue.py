@@ -269,9 +269,12 @@ class Queue:
             id, wake_payload, kv_compare_deletes=kv_compare_deletes, kv_puts=kv_puts
         )
 
-    async def requeue_dead_job(self, record: JobRecord) -> None:
-        """Make a Dead job pending again with zero attempts."""
-        await self._settler.requeue_dead_job(record)
+    async def requeue_dead_job(
+        self, record: JobRecord, effects: SettlementEffects | None = None
+    ) -> None:
+        """Make a Dead job pending again with zero attempts (with ``effects``,
+        in one transaction)."""
+        await self._settler.requeue_dead_job(record, effects)
 
     async def commit_effects(self, effects: SettlementEffects) -> list[EnqueueResult]:
         """Apply ``effects`` in a transaction of their own."""

@@ -335,15 +335,19 @@ class Settler:
 
         return await run_txn(core, None, body)
 
-    async def requeue_dead_job(self, record: JobRecord) -> None:
-        """Give a Dead job a fresh set of attempts (semantics 1.11)."""
+    async def requeue_dead_job(
+        self, record: JobRecord, effects: SettlementEffects | None = None
+    ) -> None:
+        """Give a Dead job a fresh set of attempts (semantics 1.11); ``effects``
+        commit in the same transaction."""
         core = self.core
         if not isinstance(record, JobRecord):
             raise InvalidOption(f"expected a JobRecord, got {type(record).__name__}")
         if record.status is not JobStatus.DEAD:
             raise InvalidState(record.id, record.status.value, JobStatus.DEAD.value)
+        fx = None if effects is None else await prepare_effects(core, effects)
 
-        def body(txn: Txn) -> tuple[None, None]:
+        def body(txn: Txn) -> tuple[None, list[EnqueueResult] | None]:
             dk = keys.dead_key(record.queue, record.id)
             raw = txn.get(dk)
             if raw is None:
@@ -358,9 +362,9 @@ class Settler:
                 attempts=0, last_error=None, claimed_at=None, failed_at=None, cancel_requested=False
             )
             to_pending(txn, rec, JobStatus.DEAD)
-            return None, None
+            return None, None if fx is None else stage_effects(txn, fx)
 
-        await run_txn(core, None, body)
+        await run_txn(core, fx, body)
 
     # ----------------------------------------------------- effects alone
 
