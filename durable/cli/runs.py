@@ -128,9 +128,7 @@ def watch(
     ] = 2.0,
     iterations: Annotated[
         int | None,
-        typer.Option(
-            "--iterations", min=1, help="Stop after N refreshes (default: never)."
-        ),
+        typer.Option("--iterations", min=1, help="Stop after N refreshes (default: never)."),
     ] = None,
     option: OptionList = None,
     signing_key: SigningKey = None,

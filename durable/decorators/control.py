@@ -246,15 +246,17 @@ async def bulk(
     while True:
         page = await list_runs(engine, partitions, f, limit=200, cursor=cursor, refresh=refresh)
         refresh = False
-        if action == "forget" and not dry_run and page.runs:
-            if isinstance(engine.for_run(page.runs[0].run_id).workflows.default, ClientRuntime):
-                # A client's forgets are inbox requests: send them all, then wait.
-                done = await asyncio.gather(*(forget_run(engine, r.run_id) for r in page.runs))
-                count += sum(done)
-                if page.cursor is None:
-                    return count
-                cursor = page.cursor
-                continue
+        client = bool(page.runs) and isinstance(
+            engine.for_run(page.runs[0].run_id).workflows.default, ClientRuntime
+        )
+        if action == "forget" and not dry_run and client:
+            # A client's forgets are inbox requests: send them all, then wait.
+            done = await asyncio.gather(*(forget_run(engine, r.run_id) for r in page.runs))
+            count += sum(done)
+            if page.cursor is None:
+                return count
+            cursor = page.cursor
+            continue
         for run in page.runs:
             if dry_run:
                 count += 1
