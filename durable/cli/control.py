@@ -26,7 +26,7 @@ from typing import Annotated, Any
 
 import typer
 
-from durable.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, run
+from durable.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, run, usage_error
 from durable.cli.filters import (
     AttributeList,
     RunFilter,
@@ -116,30 +116,28 @@ def run_selection(
     command: str,
 ) -> RunFilter | None:
     """None for one run (``run_id``), else the filter of the bulk form;
-    `CliError` for both or neither."""
+    a usage error for both or neither."""
     f = RunFilter.of(states, workflows, started_after, started_before, attributes)
     if run_id is not None and not f.empty:
-        raise CliError(f"durable {command}: give a RUN_ID or filters, not both", code=EXIT_USAGE)
+        usage_error(f"durable {command}: give a RUN_ID or filters, not both")
     if run_id is None and f.empty:
-        raise CliError(
+        usage_error(
             f"durable {command}: give a RUN_ID, or filters (--state, --workflow, "
-            "--started-after, --started-before, --attribute) to select runs",
-            code=EXIT_USAGE,
+            "--started-after, --started-before, --attribute) to select runs"
         )
     return None if run_id is not None else f
 
 
 def confirm_bulk(action: str, count: int, f: RunFilter, yes: bool) -> bool:
     """Print the dry run's count; True to go on: ``yes``, or the user says
-    so at a terminal. Without a terminal and without ``yes``: `CliError`."""
+    so at a terminal. Without a terminal and without ``yes``: a usage error."""
     typer.echo(f"{count} run(s) match ({f.describe()}): {action} would apply to them")
     if count == 0 or yes:
         return count > 0
     if not sys.stdin.isatty():
-        raise CliError(
+        usage_error(
             f"not a terminal: refusing to {action} {count} run(s) without --yes",
             "pass --yes to act without asking (or --dry-run to only count)",
-            EXIT_USAGE,
         )
     return typer.confirm(f"{action} {count} run(s)?", default=False)
 
@@ -365,6 +363,15 @@ def fork(
         import_modules(imports)
         async with open_engine(args) as engine:
             handle = await engine.fork(run_id, from_step, new_run_id=new_run_id)
+            try:  # the owner applies the submission: wait until the view shows the run
+                await engine.for_run(handle.run_id).workflows.default.until_visible(
+                    handle.run_id, DEFAULT_WAIT
+                )
+            except TimeoutError:
+                typer.echo(
+                    queued_message(f"the fork's submission {handle.run_id!r}", DEFAULT_WAIT),
+                    err=True,
+                )
             return handle.run_id
 
     new_id = run(call, url, verbose)

@@ -17,6 +17,8 @@ from typing import Annotated, Any
 
 import typer
 
+from durable.cli.errors import usage_error
+
 __all__ = [
     "STATES",
     "AttributeList",
@@ -82,7 +84,7 @@ _UNIT = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 def parse_time(text: str, option: str, now: _dt.datetime | None = None) -> _dt.datetime:
     """``text`` as an aware datetime: ISO 8601 (UTC when it names no zone) or
     a time ago (``90s``, ``15m``, ``1h``, ``2d``, ``1w``) before ``now``;
-    `typer.BadParameter` naming ``option`` otherwise."""
+    a usage error (exit status 2) naming ``option`` otherwise."""
     ago = _AGO.match(text.strip())
     if ago is not None:
         now = now or _dt.datetime.now(_dt.UTC)
@@ -90,9 +92,7 @@ def parse_time(text: str, option: str, now: _dt.datetime | None = None) -> _dt.d
     try:
         when = _dt.datetime.fromisoformat(text)
     except ValueError:
-        raise typer.BadParameter(
-            f"{text!r} is not an ISO time nor a time ago like 1h", param_hint=f"'{option}'"
-        ) from None
+        usage_error(f"{option} {text!r} is not an ISO time nor a time ago like 1h, 2d")
     return when if when.tzinfo is not None else when.replace(tzinfo=_dt.UTC)
 
 
@@ -115,19 +115,18 @@ class RunFilter:
         started_before: str | None,
         attributes: list[str] | None,
     ) -> RunFilter:
-        """The options as typer passes them; `typer.BadParameter` naming a bad one."""
+        """The options as typer passes them; a usage error (two lines at most on
+        stderr, exit status 2) naming a bad one."""
         for state in states or []:
             if state not in STATES:
-                raise typer.BadParameter(
-                    f"{state!r} is not one of {', '.join(STATES)}", param_hint="'--state'"
-                )
+                usage_error(f"--state {state!r} is not one of {', '.join(STATES)}")
         after = None if started_after is None else parse_time(started_after, "--started-after")
         before = None if started_before is None else parse_time(started_before, "--started-before")
         tags: dict[str, str] = {}
         for item in attributes or []:
             key, sep, value = item.partition("=")
             if not sep or not key:
-                raise typer.BadParameter(f"{item!r} is not KEY=VALUE", param_hint="'--attribute'")
+                usage_error(f"--attribute {item!r} is not KEY=VALUE")
             tags[key] = value
         return cls(tuple(states or ()), tuple(workflows or ()), after, before, tags)
 
