@@ -137,6 +137,7 @@ __all__ = [
     "PayloadMissing",
     "QueueError",
     "ReadOnlyStore",
+    "RequestFailed",
     "ReservedHeader",
     "ReservedKey",
     "ReservedMemoKey",
@@ -1018,6 +1019,17 @@ class RunNotFound(WorkflowError, LookupError):
             "(a terminated run is forgotten once the engine's retention has passed)"
         )
         self.run_id = run_id
+
+
+class RequestFailed(EngineError):
+    """The store's owner applied a request sent through its inbox, and the
+    request failed there: ``error_type`` (the exception's class name) and
+    ``error`` (its message) as the owner's done record has them."""
+
+    def __init__(self, what: str, error_type: str | None, error: str) -> None:
+        super().__init__(f"{what} failed in the store's owner: {error_type or 'error'}: {error}")
+        self.error_type = error_type
+        self.error = error
 
 
 class WrongRunState(WorkflowError):

@@ -1,22 +1,21 @@
 """The ``durable`` command: a typer app, one module per command group.
 
-`COMMANDS` lists the modules whose ``register(app)`` adds their commands;
-the commands that need the run listing (``runs``, ``resume``, ``forget``,
-the bulk forms of ``cancel``, ``group``, ``watch``) and ``check`` join it
-as modules of their own (`durable.cli.filters` holds the listing's
-options).
+`COMMANDS` lists the modules whose ``register(app)`` adds their commands
+(`durable.cli.filters` holds the run listing's options, shared by ``runs``,
+``watch`` and the bulk forms of ``cancel``, ``resume`` and ``forget``;
+``group`` waits for the progress API).
 """
 
 from __future__ import annotations
 
 import typer
 
-from durable.cli import control, dead, kv, show, stats
+from durable.cli import check, control, dead, group, kv, runs, show, stats
 
 __all__ = ["COMMANDS", "app", "main"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (show, control, dead, kv, stats)
+COMMANDS = (runs, show, control, dead, kv, stats, check, group)
 
 app = typer.Typer(
     name="durable",

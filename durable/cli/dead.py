@@ -5,8 +5,10 @@ reads every queue's dead jobs (or one queue's) from the read-only view of
 each partition; ``requeue`` writes one request per job into the inbox of
 the partition that holds it, and the owner gives the job a fresh set of
 attempts (`durable.store.queue.Queue.requeue_dead_job`, with the request's
-done record in the same transaction). A job that is no longer dead when
-the owner applies the request is left as it is.
+done record in the same transaction). ``requeue`` waits (``--wait``,
+bounded) for those done records and reports each job: requeued, not dead
+when the owner applied it (a job that is no longer dead is left as it is),
+unknown; or still queued for the next owner when none applied it.
 """
 
 from __future__ import annotations
@@ -15,11 +17,21 @@ from typing import Annotated, Any
 
 import typer
 
-from durable.cli.errors import EXIT_USAGE, CliError, run
+from durable.cli.errors import EXIT_FAILED, EXIT_NOT_FOUND, EXIT_USAGE, CliError, run
 from durable.cli.options import JsonFlag, OptionList, SigningKey, StoreArgs, UrlArg, VerboseFlag
 from durable.cli.output import console, emit_json, format_time, table
+from durable.cli.requests import (
+    DEFAULT_WAIT,
+    NoWaitFlag,
+    WaitOption,
+    client_runtime,
+    queued_message,
+    wait_all,
+    wait_for,
+)
 from durable.cli.store import open_engine
 from durable.cluster.client import ClientRuntime
+from durable.cluster.done import DoneRecord
 from durable.decorators.engine import Engine
 from durable.engine.runs import HEADER_RUN_ID
 from durable.errors import JobNotFound
@@ -101,14 +113,18 @@ def requeue(
     job_ids: Annotated[
         list[str], typer.Argument(metavar="JOB_ID...", help="The dead jobs to requeue.")
     ],
+    wait: WaitOption = DEFAULT_WAIT,
+    no_wait: NoWaitFlag = False,
     option: OptionList = None,
     signing_key: SigningKey = None,
     verbose: VerboseFlag = False,
 ) -> None:
-    """Give dead jobs a fresh set of attempts (requests the store's owner applies)."""
+    """Give dead jobs a fresh set of attempts (requests the store's owner
+    applies; waits for it and reports each job's outcome)."""
     args = StoreArgs.of(url, option, signing_key, verbose)
+    seconds = wait_for(wait, no_wait)
 
-    async def call() -> None:
+    async def call() -> list[tuple[str, DoneRecord | None]]:
         async with open_engine(args) as engine:
             targets: list[tuple[ClientRuntime, str]] = []
             for job_id in job_ids:  # every id checked before any request is sent
@@ -126,14 +142,37 @@ def requeue(
                         f"job {job_id!r} is not dead (it is {record.status.value})",
                         code=EXIT_USAGE,
                     )
-                runtime = part.workflows.default
-                assert isinstance(runtime, ClientRuntime)  # a client engine's
-                targets.append((runtime, job_id))
-            for runtime, job_id in targets:
-                await runtime.requeue_dead(job_id)
+                targets.append((client_runtime(part), job_id))
+            posted = [(rt, await rt.requeue_dead(job_id)) for rt, job_id in targets]
+            if seconds is None:
+                return [(job_id, None) for _, job_id in targets]
+            done = await wait_all(posted, seconds)
+            return [(job_id, d) for (_, job_id), d in zip(targets, done, strict=True)]
 
-    run(call, url, verbose)
-    typer.echo(f"requeue of {len(job_ids)} job(s) requested (the store's owner applies it)")
+    outcomes = run(call, url, verbose)
+    code = 0
+    for job_id, done in outcomes:
+        if done is None:
+            typer.echo(queued_message(f"requeue of job {job_id!r}", seconds))
+        elif done.error is None:
+            typer.echo(f"job {job_id!r} requeued")
+        else:
+            error = _REQUEUE_ERRORS.get(done.error_type or "")
+            if error is None:
+                line, status = f"requeue of job {job_id!r} failed: {done.error}", EXIT_FAILED
+            else:
+                line, status = error[0].format(job_id=job_id), error[1]
+            typer.echo(f"error: {line}", err=True)
+            code = code or status
+    if code:
+        raise typer.Exit(code)
+
+
+#: The errors an owner records for a requeue: the line, the exit status.
+_REQUEUE_ERRORS = {
+    "InvalidState": ("job {job_id!r} was not dead when the owner applied the requeue", EXIT_USAGE),
+    "JobNotFound": ("job {job_id!r} is unknown to the store's owner", EXIT_NOT_FOUND),
+}
 
 
 def register(app: typer.Typer) -> None:

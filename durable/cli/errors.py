@@ -52,10 +52,12 @@ __all__ = [
     "EXIT_NOT_FOUND",
     "EXIT_USAGE",
     "CliError",
+    "exit_with",
     "fail",
     "run",
     "setup_logging",
     "translate",
+    "usage_error",
 ]
 
 EXIT_FAILED = 1
@@ -79,6 +81,19 @@ class CliError(Exception):
         """The lines printed on stderr (one or two)."""
         first = " ".join(self.message.split())
         return [f"error: {first}"] + ([" ".join(self.hint.split())] if self.hint else [])
+
+
+def exit_with(error: CliError) -> NoReturn:
+    """Print ``error``'s lines on stderr and end with its status (for an
+    error met outside `run`: a bad option value, a refused confirmation)."""
+    for line in error.lines():
+        typer.echo(line, err=True)
+    raise typer.Exit(error.code)
+
+
+def usage_error(message: str, hint: str | None = None) -> NoReturn:
+    """End with a usage error (status 2) of at most two lines."""
+    exit_with(CliError(message, hint, EXIT_USAGE))
 
 
 def fail(message: str, hint: str | None = None, code: int = EXIT_FAILED) -> NoReturn:

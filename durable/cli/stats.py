@@ -5,8 +5,9 @@ memory (no record is decoded): per queue its pending, scheduled, claimed
 and dead jobs and its cumulative done count; runs active (a run record)
 and terminated (a terminal record still kept); dead letters in all.
 
-Seam: once the run index (issue 17, point 1) lands, runs by state come
-from it (``engine.runs`` counts) instead of these two key counts.
+Runs by state come from the run index (``engine.runs``, every page, 1,000
+runs a page, read in memory): runs from before the index are not in it, so
+``by_state`` may count fewer runs than active and terminated.
 """
 
 from __future__ import annotations
@@ -16,13 +17,14 @@ from typing import Any
 import typer
 
 from durable.cli.errors import run
+from durable.cli.filters import STATES
 from durable.cli.options import JsonFlag, OptionList, SigningKey, StoreArgs, UrlArg, VerboseFlag
 from durable.cli.output import console, emit_json, fields_table, table
 from durable.cli.store import open_engine
 from durable.decorators.engine import Engine
 from durable.engine.runs import RESERVED_KV_PREFIX
 
-__all__ = ["register", "store_stats"]
+__all__ = ["register", "runs_by_state", "store_stats"]
 
 _RUNS = RESERVED_KV_PREFIX + b"runs/"
 _OUTCOMES = RESERVED_KV_PREFIX + b"outcomes/"
@@ -52,6 +54,18 @@ def store_stats(engine: Engine) -> dict[str, Any]:
     }
 
 
+async def runs_by_state(engine: Engine) -> dict[str, int]:
+    """How many indexed runs are in each state (every state, zeros included)."""
+    counts = dict.fromkeys(STATES, 0)
+    cursor: str | None = None
+    while True:
+        page = await engine.runs(limit=1000, cursor=cursor)
+        for summary in page.runs:
+            counts[summary.state.value] += 1
+        if (cursor := page.cursor) is None:
+            return counts
+
+
 def stats(
     url: UrlArg,
     json: JsonFlag = False,
@@ -59,12 +73,14 @@ def stats(
     signing_key: SigningKey = None,
     verbose: VerboseFlag = False,
 ) -> None:
-    """Queue depths, active and terminated runs, dead letters."""
+    """Queue depths, runs by state, active and terminated runs, dead letters."""
     args = StoreArgs.of(url, option, signing_key, verbose)
 
     async def call() -> dict[str, Any]:
         async with open_engine(args) as engine:
-            return store_stats(engine)
+            document = store_stats(engine)
+            document["runs"]["by_state"] = await runs_by_state(engine)
+            return document
 
     document = run(call, url, verbose)
     if json:
@@ -77,6 +93,9 @@ def stats(
                 "partitions": document["partitions"],
                 "runs active": str(document["runs"]["active"]),
                 "runs terminated (kept)": str(document["runs"]["terminated"]),
+                "runs by state": " ".join(
+                    f"{k}={n}" for k, n in document["runs"]["by_state"].items()
+                ),
                 "dead letters": str(document["dead_letters"]),
             }
         )

@@ -25,6 +25,11 @@ works unchanged, and the operations that write go to the inbox:
 - a group's marker: a group-mark request. `spawn`: `ReadOnlyStore` (a client
   runs nothing).
 
+- `post_cancel`, `post_signal`, `requeue_dead`, `post_forget`: the same
+  requests, returning the `Posted` request; `wait_done` then awaits the
+  owner's done record of it (applied, or the error it failed with), for a
+  caller that must report the outcome (the CLI).
+
 A request is durable in the inbox when the call returns. Waits sleep on
 the view's key watches; a watch wakes the follower, which polls at its busy
 pace until the log goes quiet (a local directory: every 2 ms, backing off
@@ -37,7 +42,8 @@ import dataclasses
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, NoReturn
 
-from durable.cluster.inbox import InboxWriter
+from durable.cluster.done import DoneRecord, decode_done
+from durable.cluster.inbox import InboxWriter, Posted
 from durable.engine import keys
 from durable.engine.delivery import StepRunner
 from durable.engine.groups import GroupRetention
@@ -65,6 +71,7 @@ from durable.store.queue import (
 )
 from durable.store.queue.leases import Claim
 from durable.store.queue.view import QueueView
+from durable.store.queue.wakeups import wait_or_sleep
 
 if TYPE_CHECKING:
     from durable.engine.access import RunWriter
@@ -375,9 +382,14 @@ class ClientRuntime(WorkflowRuntime):
         """A signal request: `SignalOutcome.SENT` once it is in the inbox."""
         if internal:
             raise InvalidArgument("internal KV writes ride the owner's own operations")
-        await self.client.inbox.signal(self.options.queue_name, correlation_key, payload)
-        self.client.follower.wake()
+        await self.post_signal(correlation_key, payload)
         return SignalOutcome.SENT
+
+    async def post_signal(self, correlation_key: str, payload: bytes) -> Posted:
+        """A signal request (as `signal`); the request, for `wait_done`."""
+        posted = await self.client.inbox.signal(self.options.queue_name, correlation_key, payload)
+        self.client.follower.wake()
+        return posted
 
     async def clear_signal(
         self, correlation_key: str, *, internal: Mapping[bytes, bytes] | None = None
@@ -394,23 +406,65 @@ class ClientRuntime(WorkflowRuntime):
         terminated, or does not know and this client did not start."""
         if internal:
             raise InvalidArgument("internal KV writes ride the owner's own operations")
+        return await self.post_cancel(run_id) is not None
+
+    async def post_cancel(self, run_id: str) -> Posted | None:
+        """As `cancel`: the request (for `wait_done`), or None when nothing
+        was sent (a run the view shows terminated, or does not know and this
+        client did not start)."""
         status = self.status(run_id)
         if status is None and run_id not in self.client.started:
             await self.catch_up(run_id)
             status = self.status(run_id)
             if status is None:
-                return False
+                return None
         if status is not None and isinstance(status.state, Terminated):
-            return False
-        await self.client.inbox.cancel(self.options.queue_name, run_id)
+            return None
+        posted = await self.client.inbox.cancel(self.options.queue_name, run_id)
         self.client.follower.wake()
-        return True
+        return posted
 
-    async def requeue_dead(self, job_id: str) -> None:
+    async def requeue_dead(self, job_id: str) -> Posted:
         """A requeue request for dead job ``job_id`` (`Queue.requeue_dead_job`
-        in the owner; a job that is not dead by then is left as it is)."""
-        await self.client.inbox.requeue(self.options.queue_name, job_id)
+        in the owner; a job that is not dead by then is left as it is, its
+        done record says `InvalidState`); the request, for `wait_done`."""
+        posted = await self.client.inbox.requeue(self.options.queue_name, job_id)
         self.client.follower.wake()
+        return posted
+
+    async def post_forget(self, run_id: str) -> Posted:
+        """A forget request for run ``run_id`` (``engine.forget`` in the
+        owner: its done record says `WrongRunState` for an active run,
+        `RunNotFound` for an unknown one); the request, for `wait_done`."""
+        posted = await self.client.inbox.forget(self.options.queue_name, run_id)
+        self.client.follower.wake()
+        return posted
+
+    async def wait_done(self, posted: Posted, timeout: float | None) -> DoneRecord | None:  # noqa: ASYNC109
+        """The owner's done record of request ``posted`` once the view shows
+        it (its ``error`` and ``error_type`` say why the request failed;
+        None: it took effect), or None when ``timeout`` seconds (of the
+        runtime's clock; None: no limit) pass first: no owner applied it
+        yet, and it stays in the inbox for the next one. Done records are
+        kept for an hour (`durable.cluster.done.DONE_RETENTION`): wait for
+        a request well within that."""
+        kv = self.queue.kv.internal()
+        key = posted.done_key
+        clock = self.clock
+        deadline = None if timeout is None else clock.now_ms() + round(timeout * 1000)
+        self.client.follower.wake()
+        while (raw := kv.get(key)) is None:
+            fut = kv.watch(key)
+            try:
+                left = None if deadline is None else (deadline - clock.now_ms()) / 1000
+                if left is not None and left <= 0:
+                    return None
+                if not await wait_or_sleep(clock, fut, left):
+                    return None
+                fut.result()
+            finally:
+                kv.unwatch(key, fut)
+        return decode_done(raw, f"done record of inbox request {posted.name!r}")
 
     async def catch_up(self, run_id: str) -> None:
         """The view reads the log once more (a poll that begins now), so a

@@ -36,6 +36,7 @@ from durable.cluster.requests import (
     REQ_PREFIX,
     CancelRequest,
     ClearSignalRequest,
+    ForgetRequest,
     GroupMarkRequest,
     Request,
     RequeueRequest,
@@ -169,6 +170,10 @@ class InboxWriter:
         """Ask the owner to requeue dead job ``job_id`` (`Queue.requeue_dead_job`),
         through the runtime of ``queue``."""
         return await self._post(RequeueRequest(queue, _nonce(), job_id))
+
+    async def forget(self, queue: str, run_id: str) -> Posted:
+        """Ask the owner to forget terminated run ``run_id`` (``engine.forget``)."""
+        return await self._post(ForgetRequest(queue, _nonce(), run_id))
 
     async def _post(self, request: Request) -> Posted:
         data = encode_request(request)

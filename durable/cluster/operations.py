@@ -3,9 +3,11 @@
 `apply_request` performs a request with its done record's writes committed
 in the transaction that performs the operation (the ``internal=`` of
 `WorkflowRuntime.submit_member`, `signal`, `cancel`, `clear_signal`,
-`GroupRetention.mark`, and the effects of `Queue.requeue_dead_job`: a
+`GroupRetention.mark`, the effects of `Queue.requeue_dead_job`: a
 requeue of a job that is no longer dead raises `InvalidState`, recorded in
-its done record). A submission the runtime answers without a write
+its done record; and `WorkflowRuntime.forget_run`: a forget of a run that
+is active raises `WrongRunState`, of an unknown run `RunNotFound`). A
+submission the runtime answers without a write
 (the run is active: a duplicate, or `InputMismatch`) commits the done record
 alone, on the condition that the run record is still the one it checked, so
 no later termination of the run can slip between the check and the record.
@@ -26,6 +28,7 @@ from typing import TYPE_CHECKING
 from durable.cluster.requests import (
     CancelRequest,
     ClearSignalRequest,
+    ForgetRequest,
     GroupMarkRequest,
     Request,
     RequeueRequest,
@@ -40,7 +43,7 @@ from durable.cluster.requests import (
 from durable.engine import keys
 from durable.engine.records import decode_run_record
 from durable.engine.transitions import internal_effects
-from durable.errors import InputMismatch, JobNotFound, ReadOnlyStore
+from durable.errors import InputMismatch, JobNotFound, ReadOnlyStore, RunNotFound
 from durable.store.queue import Queue
 
 if TYPE_CHECKING:
@@ -63,6 +66,8 @@ async def apply_request(rt: WorkflowRuntime, request: Request, done: dict[bytes,
         await rt.group_markers.mark(request.group_id, internal=done)
     elif isinstance(request, RequeueRequest):
         await _requeue(rt, request, done)
+    elif isinstance(request, ForgetRequest):
+        await _forget(rt, request, done)
     elif isinstance(request, SignalRegisterRequest):
         await rt.signals.accept_waiter(request.key, request.waiter, internal=done)
     elif isinstance(request, SignalUnregisterRequest):
@@ -108,6 +113,16 @@ async def _requeue(rt: WorkflowRuntime, request: RequeueRequest, done: dict[byte
     if record is None:
         raise JobNotFound(request.job_id)
     await queue.requeue_dead_job(record, internal_effects(done))
+
+
+async def _forget(rt: WorkflowRuntime, request: ForgetRequest, done: dict[bytes, bytes]) -> None:
+    """Forget the run with ``done`` in the commit that deletes its records;
+    `RunNotFound` for an unknown run, `WrongRunState` for an active one."""
+    forget = rt.forget_run
+    if forget is None:  # pragma: no cover - every engine's runtime has it
+        raise ReadOnlyStore(rt.queue.writer.objects.url, "forget a run (no forget here)")
+    if not await forget(request.run_id, done):
+        raise RunNotFound(request.run_id, "forget")
 
 
 async def follow_up(rt: WorkflowRuntime, request: Request) -> None:

@@ -6,7 +6,8 @@ A request is one object under the store's ``inbox/`` prefix:
   written create-if-absent, so two processes submitting the same run id at
   once collapse to one object;
 - ``inbox/req/<ulid>``: every other kind (`SignalRequest`, `CancelRequest`,
-  `ClearSignalRequest`, `GroupMarkRequest`, `RequeueRequest`, and the messages partitions
+  `ClearSignalRequest`, `GroupMarkRequest`, `RequeueRequest`, `ForgetRequest`, and the
+  messages partitions
   send each other about signal keys: `SignalRegisterRequest`,
   `SignalUnregisterRequest`, `SignalDeliverRequest`, `SignalRejectRequest`,
   `SignalReturnRequest`, see `durable.engine.signals`), named by a ULID
@@ -50,6 +51,7 @@ __all__ = [
     "SUBMIT_PREFIX",
     "CancelRequest",
     "ClearSignalRequest",
+    "ForgetRequest",
     "GroupMarkRequest",
     "Request",
     "RequeueRequest",
@@ -203,6 +205,18 @@ class RequeueRequest(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class ForgetRequest(Request):
+    """Delete terminated run ``run_id`` and everything it stored
+    (``engine.forget``, applied by the owner's `WorkflowRuntime.forget_run`)."""
+
+    run_id: str
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        validate_run_id(self.run_id)
+
+
+@dataclass(frozen=True, slots=True)
 class WaiterRequest(Request):
     """A message about run ``run_id`` whose step job ``job_id`` (of runtime
     queue ``queue``) waits on ``key`` (`durable.engine.signals`, across
@@ -309,6 +323,8 @@ def encode_request(request: Request) -> bytes:
         m.update(kind="group_mark", group_id=request.group_id)
     elif isinstance(request, RequeueRequest):
         m.update(kind="requeue", job_id=request.job_id)
+    elif isinstance(request, ForgetRequest):
+        m.update(kind="forget", run_id=request.run_id)
     elif isinstance(request, WaiterRequest) and type(request) in _WAITER_KINDS:
         m.update(
             kind=_WAITER_KINDS[type(request)],
@@ -405,6 +421,8 @@ def _build(m: Mapping[str, Any]) -> Request:
         return GroupMarkRequest(queue, nonce, _field(m, "group_id", str))
     if kind == "requeue":
         return RequeueRequest(queue, nonce, _field(m, "job_id", str))
+    if kind == "forget":
+        return ForgetRequest(queue, nonce, _field(m, "run_id", str))
     if kind == "signal_return":
         return SignalReturnRequest(queue, nonce, _field(m, "key", str), _field(m, "payload", bytes))
     for cls, name in _WAITER_KINDS.items():

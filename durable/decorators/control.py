@@ -20,9 +20,11 @@ everything it stored: its memo objects (archive, offloaded values,
 outcome) first, then in one commit its terminal record, retention marker,
 invocation record, journal, published values, progress mark, delivered
 signals and index entry. Child runs are runs of their own (forget them by
-filter). An active run is refused (`WrongRunState`). Forget writes
-directly and needs the engine that owns the store's partition
-(`ReadOnlyStore` from a client).
+filter). An active run is refused (`WrongRunState`). The owner forgets
+directly; a client engine writes a forget request into the store's inbox
+and returns once the owner's done record shows it applied (`forget_request`,
+an error the owner recorded raised here), so it works against a live
+deployment and waits while no owner runs.
 
 **In bulk**, by the filters of ``engine.runs`` (`durable.decorators.listing`):
 ``cancel_runs``, ``resume_runs`` and ``forget_runs`` act on every matching
@@ -33,8 +35,11 @@ counts them.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from durable.cluster.client import ClientRuntime
 from durable.decorators.archive import (
     invocation_key,
     load_invocation,
@@ -51,7 +56,13 @@ from durable.decorators.registry import DEFAULT_QUEUE, REGISTRY
 from durable.decorators.status import WorkflowState
 from durable.engine import keys
 from durable.engine.runs import RunOptions, RunSpec, TerminalStatus, Terminated, validate_run_id
-from durable.errors import InvalidArgument, RunNotFound, UnknownWorkflow, WrongRunState
+from durable.errors import (
+    InvalidArgument,
+    RequestFailed,
+    RunNotFound,
+    UnknownWorkflow,
+    WrongRunState,
+)
 from durable.store.log.batch import WriteBatch
 
 if TYPE_CHECKING:
@@ -59,7 +70,7 @@ if TYPE_CHECKING:
     from durable.decorators.handles import WorkflowHandle
     from durable.decorators.journal import Journal
 
-__all__ = ["bulk", "forget_run", "resume_run"]
+__all__ = ["bulk", "forget_request", "forget_run", "resume_run"]
 
 _RESUMABLE = frozenset({TerminalStatus.FAILED, TerminalStatus.CANCELLED})
 _ACTS_ON = {
@@ -156,9 +167,12 @@ async def resume_run(engine: EngineBase, run_id: str) -> WorkflowHandle[Any]:
     return engine.handle(run_id)
 
 
-async def forget_run(engine: EngineBase, run_id: str) -> bool:
-    """Delete terminated run ``run_id`` and everything it stored; False if
-    the store does not know it. See the module docstring."""
+async def forget_run(
+    engine: EngineBase, run_id: str, internal: Mapping[bytes, bytes] | None = None
+) -> bool:
+    """Delete terminated run ``run_id`` and everything it stored (with the KV
+    puts ``internal`` in the same commit); False if the store does not know
+    it. See the module docstring."""
     validate_run_id(run_id)
     part = engine.for_run(run_id)
     runtime = part.workflows.default
@@ -168,8 +182,11 @@ async def forget_run(engine: EngineBase, run_id: str) -> bool:
         return False
     if not isinstance(status.state, Terminated):
         raise WrongRunState(run_id, "engine.forget()", "active", "terminated")
+    if isinstance(runtime, ClientRuntime):
+        await forget_request(runtime, run_id, None)
+        return True
     kv = part.queue.kv.internal()
-    kv.check_writable()  # ReadOnlyStore from a client, before anything is deleted
+    kv.check_writable()  # ReadOnlyStore from a store that is not open, before any delete
     await runtime.memos.clear_run(run_id)
     at_ms = status.state.termination.terminated_at_ms
     batch = WriteBatch()
@@ -185,7 +202,28 @@ async def forget_run(engine: EngineBase, run_id: str) -> bool:
             doomed.add(marker)
     for key in doomed:
         kv.stage_delete(batch, key)
+    for key, value in (internal or {}).items():
+        kv.stage_put(batch, key, value)
     await kv.commit(batch)
+    return True
+
+
+async def forget_request(runtime: ClientRuntime, run_id: str, timeout: float | None) -> bool:  # noqa: ASYNC109
+    """Ask the owner to forget run ``run_id`` through the inbox and wait up
+    to ``timeout`` seconds (None: no limit) for its done record: True once
+    applied, False when the time passed first (the request stays queued for
+    the owner). The error the owner recorded is raised here:
+    `WrongRunState` (the run is active), `RunNotFound`, or `RequestFailed`."""
+    posted = await runtime.post_forget(run_id)
+    done = await runtime.wait_done(posted, timeout)
+    if done is None:
+        return False
+    if done.error_type == "WrongRunState":
+        raise WrongRunState(run_id, "engine.forget()", "active", "terminated")
+    if done.error_type == "RunNotFound":
+        raise RunNotFound(run_id, "engine.forget()")
+    if done.error is not None:
+        raise RequestFailed(f"forget of run {run_id!r}", done.error_type, done.error)
     return True
 
 
@@ -208,6 +246,17 @@ async def bulk(
     while True:
         page = await list_runs(engine, partitions, f, limit=200, cursor=cursor, refresh=refresh)
         refresh = False
+        client = bool(page.runs) and isinstance(
+            engine.for_run(page.runs[0].run_id).workflows.default, ClientRuntime
+        )
+        if action == "forget" and not dry_run and client:
+            # A client's forgets are inbox requests: send them all, then wait.
+            done = await asyncio.gather(*(forget_run(engine, r.run_id) for r in page.runs))
+            count += sum(done)
+            if page.cursor is None:
+                return count
+            cursor = page.cursor
+            continue
         for run in page.runs:
             if dry_run:
                 count += 1

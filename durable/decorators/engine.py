@@ -490,8 +490,9 @@ class Engine(EngineBase):
     async def forget(self, run_id: str) -> bool:
         """Delete terminated run ``run_id`` and everything it stored (records,
         journal, memo, archive, published values, index entry); False if
-        the store does not know it, `WrongRunState` for an active run,
-        `ReadOnlyStore` from a client engine. See `durable.decorators.control`."""
+        the store does not know it, `WrongRunState` for an active run. From
+        a client engine, a request through the store's inbox: this returns
+        once the owner applied it. See `durable.decorators.control`."""
         from durable.decorators.control import forget_run
 
         return await forget_run(self, run_id)

@@ -47,6 +47,14 @@ DEFAULT_CONCURRENCY = 100
 MEMO_PREFIX = "workflows-memo"
 
 
+async def forget_applied(engine: EngineBase, run_id: str, internal: Mapping[bytes, bytes]) -> bool:
+    """``engine.forget`` of run ``run_id`` in the owner, committing
+    ``internal`` (an inbox request's done record) with its deletes."""
+    from durable.decorators.control import forget_run
+
+    return await forget_run(engine, run_id, internal)
+
+
 class WorkflowQueues:
     """The workflow runtimes of one running `Engine`, by queue name."""
 
@@ -91,6 +99,7 @@ class WorkflowQueues:
                 ),
             )
             runtime.run_keys = functools.partial(run_keys, self._engine)
+            runtime.forget_run = functools.partial(forget_applied, self._engine)
             self._runtimes[queue] = runtime
         runs_here = self._mode.owner and self._limits.get(queue) != 0 and not self.draining.is_set()
         if spawn and runs_here and queue not in self._workers:

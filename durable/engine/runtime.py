@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from durable import events
@@ -203,6 +203,12 @@ class WorkflowRuntime:
         #: keys, e.g. the decorators' journal): read when the run's memo
         #: retention passes and deleted with its terminal record. None: none.
         self.run_keys: Callable[[str], Iterable[bytes]] | None = None
+        #: Deletes a terminated run and everything it stored, committing the
+        #: given KV puts (an inbox request's done record) with the deletes;
+        #: False for an unknown run (the forget request of a client, applied
+        #: by the owner's inbox). Set by the layer that knows what a run
+        #: stores (``engine.forget``). None: forget is not supported.
+        self.forget_run: Callable[[str, Mapping[bytes, bytes]], Awaitable[bool]] | None = None
         #: Runs this process asked a store's owner to start (through the
         #: inbox) that this runtime does not show yet: run id -> input
         #: (`pending_input`). A client's; kept by an owner that took over.

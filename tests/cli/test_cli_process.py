@@ -87,3 +87,19 @@ async def test_show_and_missing_bucket_on_s3(tmp_path: Path) -> None:
     assert missing.returncode == 3, missing.stderr
     assert empty in missing.stderr
     assert len(missing.stderr.strip().splitlines()) <= 2
+
+
+async def test_runs_check_and_forget_from_a_process(tmp_path: Path) -> None:
+    url = str(tmp_path / "store")
+    async with Engine(url) as engine:
+        handle = await flows.ok.options(run_id="r-p", attributes={"c": "1"}).start(2)
+        await handle.result()
+        done = await asyncio.to_thread(cli, "runs", url, "--json", "-a", "c=1")
+        assert done.returncode == 0, done.stderr
+        doc = json.loads(done.stdout)  # one JSON document, nothing else
+        assert [(r["run_id"], r["state"]) for r in doc["runs"]] == [("r-p", "succeeded")]
+        checked = await asyncio.to_thread(cli, "check", url)
+        assert checked.returncode == 0, checked.stdout + checked.stderr
+        gone = await asyncio.to_thread(cli, "forget", url, "r-p")
+        assert gone.returncode == 0, gone.stderr
+        assert await engine.handle("r-p").status() is None
