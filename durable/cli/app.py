@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import typer
 
-from durable.cli import control, dead, kv, show, stats
+from durable.cli import control, dead, kv, show, stats, ui
 
 __all__ = ["COMMANDS", "app", "main"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (show, control, dead, kv, stats)
+COMMANDS = (show, control, dead, kv, stats, ui)
 
 app = typer.Typer(
     name="durable",
