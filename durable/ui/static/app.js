@@ -3,6 +3,7 @@
 "use strict";
 
 const REFRESH_MS = 2000;
+const NO_TIMEOUT_MS = 5 * 365 * 24 * 3600 * 1000;
 const $ = (id) => document.getElementById(id);
 const page = { cursors: [null], index: 0 }; // the cursor of each page seen, newest first
 let latest = 0; // the newest render: an older one's answer is dropped
@@ -193,7 +194,9 @@ function positionDetail(p) {
   if (p.kind === "sleep") return "timer until " + when(p.wakes_at_ms);
   if (p.signal_key) {
     const text = "signal " + p.signal_key;
-    return p.deadline_ms ? text + " (timeout " + when(p.deadline_ms) + ")" : text;
+    // A wait without a timeout records a deadline ten years on (as `durable show` reads it).
+    const timeout = p.deadline_ms && p.started_ms && p.deadline_ms - p.started_ms < NO_TIMEOUT_MS;
+    return timeout ? text + " (timeout " + when(p.deadline_ms) + ")" : text;
   }
   if (p.child_run_id) {
     const span = el("span");
