@@ -177,4 +177,3 @@ async def list_groups(engine: Engine) -> list[dict[str, Any]]:
         await partition.workflows.default.catch_up("")
         _partition_groups(partition, found)
     return [group_progress(g, found[g]).as_dict() for g in sorted(found)]
-

@@ -7,7 +7,8 @@ Routes (all ``GET``; the server changes nothing in the store):
 | ``/`` | the page (``static/index.html``) |
 | ``/static/{name}`` | its script and style sheet |
 | ``/api/store`` | ``{"url": ...}``: the store it shows |
-| ``/api/runs?state=&workflow=&attr=K=V&started_after=&limit=&cursor=`` | a page of runs (`run_page`) |
+| ``/api/runs?...`` | a page of runs (`run_page`; query: ``state``, ``workflow``, |
+| | ``attr=K=V``, ``started_after``, ``limit``, ``cursor``) |
 | ``/api/runs/{run_id}`` | one run's timeline (`run_detail`) |
 | ``/api/groups`` | the run groups with their progress (`list_groups`) |
 

@@ -171,7 +171,7 @@ async def test_serving_writes_nothing_to_the_store(built: Built, client: TestCli
 
 async def test_it_follows_a_live_owner_without_fencing_it(tmp_path: Path) -> None:
     url = str(tmp_path / "store")
-    async with Engine(url) as owner:
+    async with Engine(url):  # the owner
         first = await flows.ok.options(run_id="r-1").start(1)
         await first.result()
         async with (

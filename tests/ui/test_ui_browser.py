@@ -76,7 +76,9 @@ def text(driver: Any, selector: str) -> str | None:
 
 def count(driver: Any, selector: str) -> int:
     """How many elements ``selector`` matches."""
-    return int(driver.execute_script("return document.querySelectorAll(arguments[0]).length", selector))
+    return int(
+        driver.execute_script("return document.querySelectorAll(arguments[0]).length", selector)
+    )
 
 
 def click(driver: Any, selector: str) -> None:
@@ -108,9 +110,7 @@ def field(driver: Any, name: str) -> str | None:
     return text(driver, f'#run-fields tr[data-field="{name}"] td')
 
 
-def test_the_list_shows_what_the_store_holds(
-    browser: Any, server: UiServer, built: Built
-) -> None:
+def test_the_list_shows_what_the_store_holds(browser: Any, server: UiServer, built: Built) -> None:
     open_page(browser, server.address)
     assert rows(browser) == store_runs(built.url)
     assert len(rows(browser)) == 5

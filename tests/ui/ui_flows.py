@@ -65,7 +65,7 @@ async def build(url: str) -> Built:
     ``customer=c-17``), ``r-fails`` (failed: ``ValueError: disk full``),
     ``r-waits`` (waiting on signal ``approval/r-waits``), ``r-xss`` (failed
     with `XSS` as its error), and a job group of three squares."""
-    async with Engine(url) as engine:
+    async with Engine(url):
         run_ok = await ok.options(run_id="r-ok", attributes={"customer": "c-17"}).start(3)
         run_fails = await fails.options(run_id="r-fails").start("disk full")
         run_waits = await waits.options(run_id="r-waits", attributes={"order": "o-9"}).start(
@@ -73,9 +73,10 @@ async def build(url: str) -> Built:
         )
         run_xss = await fails.options(run_id="r-xss").start(XSS)
         assert await run_ok.result() == 18
-        for failing in (run_fails, run_xss):
-            with pytest.raises(ValueError):
-                await failing.result()
+        with pytest.raises(ValueError, match="disk full"):
+            await run_fails.result()
+        with pytest.raises(ValueError, match="<script>"):
+            await run_xss.result()
         await run_waits.waiting()
         assert await square.map([1, 2, 3]) == [1, 4, 9]
     return Built(url)

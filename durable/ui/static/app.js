@@ -123,8 +123,8 @@ function runRow(run) {
   cell(tr, runLink(run.run_id));
   cell(tr, run.workflow);
   cell(tr, badge(run.state));
-  cell(tr, when(run.started));
-  cell(tr, when(run.ended));
+  cell(tr, when(run.started), "time");
+  cell(tr, when(run.ended), "time");
   cell(tr, run.steps, "num");
   let now = run.current_step || "";
   if (run.waiting && run.waiting.signal_key) now = "signal " + run.waiting.signal_key;
@@ -178,7 +178,7 @@ function field(name, value) {
   const tr = el("tr");
   tr.dataset.field = name;
   tr.appendChild(el("th", name));
-  cell(tr, value);
+  cell(tr, value, name === "error" ? "error" : null);
   return tr;
 }
 
@@ -227,7 +227,7 @@ function positionRow(p, first, span) {
   cell(tr, p.name);
   cell(tr, badge(p.state));
   cell(tr, p.attempts, "num");
-  cell(tr, when(p.started_ms));
+  cell(tr, when(p.started_ms), "time");
   cell(tr, duration(p.duration_ms), "num");
   cell(tr, timelineBar(p, first, span), "bar-col");
   cell(tr, bytes(p.result_bytes), "num");
@@ -244,12 +244,17 @@ async function showRun(runId, current) {
     field("workflow", run.workflow || "(unknown)"),
     field("state", badge(run.state)),
     field("steps journaled", run.steps),
-    field("current step", run.current_step),
-    field("waits on", waitsText(run.waiting)),
-    field("error", [run.error_type, run.error].filter(Boolean).join(": ")),
-    field("attributes", attributesText(run.attributes)),
   ];
-  if (run.cancel_requested) fields.push(field("cancel requested", "yes"));
+  const optional = [
+    ["current step", run.current_step],
+    ["waits on", waitsText(run.waiting)],
+    ["error", [run.error_type, run.error].filter(Boolean).join(": ")],
+    ["attributes", attributesText(run.attributes)],
+    ["cancel requested", run.cancel_requested ? "yes" : null],
+  ];
+  for (const [name, value] of optional) {
+    if (value) fields.push(field(name, value));
+  }
   fill($("run-fields").tBodies[0], fields);
   const starts = run.positions.map((p) => p.started_ms).filter(Boolean);
   const ends = run.positions.map((p) => p.ended_ms || p.started_ms).filter(Boolean);
