@@ -16,7 +16,10 @@ from ui_flows import XSS, Built
 
 from durable import Engine
 from durable.cli import app as cli_app
+from durable.engine.records import MemberRecord
+from durable.engine.runs import RunTermination, TerminalStatus
 from durable.ui import create_app
+from durable.ui.data import group_progress
 
 
 @pytest.fixture
@@ -191,3 +194,26 @@ def test_the_command_never_creates_a_store(tmp_path: Path) -> None:
     assert result.exit_code == 3, result.output
     assert str(missing) in result.stderr
     assert not os.path.exists(missing)
+
+
+def test_group_progress_counts_members_by_state() -> None:
+    def ended(status: TerminalStatus) -> MemberRecord:
+        return MemberRecord("a" * 64, RunTermination(status, 1, 1_000, None))
+
+    records = [
+        MemberRecord("b" * 64),  # submitted, not terminated
+        MemberRecord("c" * 64),
+        ended(TerminalStatus.SUCCEEDED),
+        ended(TerminalStatus.FAILED),
+        ended(TerminalStatus.CANCELLED),
+        ended(TerminalStatus.SUCCEEDED),
+    ]
+    assert group_progress("g-1", records).as_dict() == {
+        "group_id": "g-1",
+        "total": 6,
+        "pending": 2,
+        "succeeded": 2,
+        "failed": 1,
+        "cancelled": 1,
+        "done": 4,
+    }
