@@ -47,13 +47,14 @@ __all__ = ["group_progress", "group_progress_updates"]
 
 
 async def _measure(
-    engine: Engine, group_id: str, window: float, poll: bool
+    engine: Engine, group_id: str, window: float, poll: bool, watch: bool = False
 ) -> ProgressSnapshot:
     partitions = engine.every_partition()
     if poll:
         for p in partitions:
             await p.workflows.default.catch_up("")
-    return await scan_progress([p.queue for p in partitions], group_id, engine.clock, window=window)
+    queues = [p.queue for p in partitions]
+    return await scan_progress(queues, group_id, engine.clock, window=window, watch=watch)
 
 
 async def group_progress(
@@ -77,7 +78,7 @@ async def group_progress_updates(
     group_id = validate_id(group_id, "group id")
 
     async def measure(poll: bool) -> ProgressSnapshot:
-        return await _measure(engine, group_id, window, poll)
+        return await _measure(engine, group_id, window, poll, watch=True)
 
     async for p in progress_updates(measure, engine.clock, interval=interval):
         yield p

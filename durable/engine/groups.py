@@ -456,7 +456,7 @@ class RunGroup:
             if poll:
                 for runtime in {id(r): r for r in self._member_runtimes(manifest)}.values():
                     await runtime.catch_up("")
-            return await self._progress_snapshot(manifest, window)
+            return await self._progress_snapshot(manifest, window, watch=True)
 
         async for p in progress_updates(measure, self._rt.clock, interval=interval):
             yield p
@@ -464,7 +464,9 @@ class RunGroup:
     def _member_runtimes(self, manifest: GroupManifest) -> list[WorkflowRuntime]:
         return [self.runtime_of(self.run_id(key)) for key, _ in manifest.members]
 
-    async def _progress_snapshot(self, manifest: GroupManifest, window: float) -> ProgressSnapshot:
+    async def _progress_snapshot(
+        self, manifest: GroupManifest, window: float, *, watch: bool = False
+    ) -> ProgressSnapshot:
         members = []
         for key, _ in manifest.members:
             runtime = self.runtime_of(self.run_id(key))
@@ -476,6 +478,7 @@ class RunGroup:
             window=window,
             total=len(manifest.members),
             started_ms=manifest.created_at_ms,
+            watch=watch,
         )
 
     # ------------------------------------------------------------ changing

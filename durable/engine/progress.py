@@ -234,24 +234,38 @@ def member_state(queue: RunQueue, record: MemberRecord | None) -> str:
     return "pending"
 
 
+#: A KV watch: the namespace, the key, and the future its next write resolves.
+Watch = tuple["KvNamespace", bytes, "asyncio.Future[None]"]
+
+
 @dataclass(frozen=True, slots=True)
 class ProgressSnapshot:
-    """A `Progress` and the KV keys whose next write may change it (the
-    active members' records and step pointers), for `progress_updates`."""
+    """A `Progress` and, when measured with ``watch=True``, the KV watches
+    registered as each member was read (the active members' records and
+    step pointers: their next write may change it), for `progress_updates`
+    (which withdraws them)."""
 
     progress: Progress
-    watch: Sequence[tuple[KvNamespace, bytes]] = ()
+    watches: Sequence[Watch] = ()
+
+    def unwatch(self) -> None:
+        """Withdraw every watch (each one's failure, if any, is retrieved)."""
+        for kv, key, fut in self.watches:
+            kv.unwatch(key, fut)
+            if fut.done() and not fut.cancelled():
+                fut.exception()
 
 
 class _Fold:
     """Counts members one at a time into a `ProgressSnapshot`."""
 
-    __slots__ = ("counts", "earliest", "terminated", "total", "watch")
+    __slots__ = ("counts", "earliest", "terminated", "total", "watches", "watching")
 
-    def __init__(self) -> None:
+    def __init__(self, watching: bool) -> None:
         self.counts = dict.fromkeys(STATES, 0)
         self.terminated: list[int] = []
-        self.watch: list[tuple[KvNamespace, bytes]] = []
+        self.watching = watching
+        self.watches: list[Watch] = []
         self.earliest: int | None = None
         self.total = 0
 
@@ -266,13 +280,18 @@ class _Fold:
             self.terminated.append(record.termination.terminated_at_ms)
             self._seen_at(record.termination.terminated_at_ms)
             return
-        self.watch.append((queue.kv, member_key))
+        if self.watching:  # no await since the read: no write slips through
+            self._watch(queue.kv, member_key)
+            if record is not None:
+                self._watch(queue.kv, keys.pointer_key(record.run_id))
         if record is not None:
-            self.watch.append((queue.kv, keys.pointer_key(record.run_id)))
             raw = queue.kv.get(keys.run_key(record.run_id))
             if raw is not None:
                 run = decode_run_record(raw, f"run record of {record.run_id!r}")
                 self._seen_at(run.submitted_at_ms)
+
+    def _watch(self, kv: KvNamespace, key: bytes) -> None:
+        self.watches.append((kv, key, kv.watch(key)))
 
     def snapshot(
         self, now_ms: int, window: float, total: int | None, started_ms: int | None
@@ -285,7 +304,7 @@ class _Fold:
             started_ms=self.earliest if started_ms is None else started_ms,
             window=window,
         )
-        return ProgressSnapshot(progress, tuple(self.watch))
+        return ProgressSnapshot(progress, tuple(self.watches))
 
 
 def fold_members(
@@ -296,17 +315,24 @@ def fold_members(
     window: float = DEFAULT_WINDOW,
     total: int | None = None,
     started_ms: int | None = None,
+    watch: bool = False,
 ) -> ProgressSnapshot:
     """The snapshot of group ``group_id``'s members given as ``(queue that
-    holds it, member key, its record or None)``."""
-    fold = _Fold()
+    holds it, member key, its record or None)``, read as they are given
+    (``watch``: with a KV watch on each active member's keys)."""
+    fold = _Fold(watch)
     for queue, key, record in members:
         fold.add(queue, keys.member_key(group_id, key), record)
     return fold.snapshot(now_ms, window, total, started_ms)
 
 
 async def scan_progress(
-    queues: Sequence[RunQueue], group_id: str, clock: Clock, *, window: float = DEFAULT_WINDOW
+    queues: Sequence[RunQueue],
+    group_id: str,
+    clock: Clock,
+    *,
+    window: float = DEFAULT_WINDOW,
+    watch: bool = False,
 ) -> ProgressSnapshot:
     """The progress of group ``group_id`` from its member records alone, in
     every store of ``queues`` (each partition of a partitioned store);
@@ -317,16 +343,20 @@ async def scan_progress(
     yet is not counted), and the start is the earliest submission of an
     active member or termination of a finished one.
     """
-    fold = _Fold()
+    fold = _Fold(watch)
     prefix = keys.group_prefix(group_id)
-    for queue in queues:
-        async for page in queue.kv.internal().entries(prefix, page_size=512):
-            for key, value in page:
-                name = key[len(prefix) :].decode(errors="replace")
-                record = decode_member_record(value, f"member record {name!r} of {group_id!r}")
-                fold.add(queue, key, record)
-    if fold.total == 0:
-        raise GroupNotFound(group_id)
+    try:
+        for queue in queues:
+            async for page in queue.kv.internal().entries(prefix, page_size=512):
+                for key, value in page:
+                    name = key[len(prefix) :].decode(errors="replace")
+                    record = decode_member_record(value, f"member record {name!r} of {group_id!r}")
+                    fold.add(queue, key, record)
+        if fold.total == 0:
+            raise GroupNotFound(group_id)
+    except BaseException:
+        ProgressSnapshot(Progress(0), tuple(fold.watches)).unwatch()
+        raise
     return fold.snapshot(clock.now_ms(), window, None, None)
 
 
@@ -339,10 +369,11 @@ async def progress_updates(
     """A `Progress` at once, then another after each change, until one shows
     every member terminated (it is the last yielded).
 
-    ``measure(poll)`` takes a snapshot (``poll``: a client's view should
-    read the log first). Between snapshots it sleeps on the KV watches of
-    the snapshot's keys (a member's record or step pointer rewritten by a
-    commit wakes it; several landing together wake it once), and at most
+    ``measure(poll)`` takes a snapshot with watches (``poll``: a client's
+    view should read the log first). Between snapshots it sleeps on the
+    snapshot's KV watches, registered as each member was read (a member's
+    record or step pointer rewritten by a commit wakes it; several landing
+    together wake it once; none slips in before its watch), and at most
     ``interval`` seconds of ``clock``, after which it measures again (with
     ``poll``) whatever happened: a claim (pending to running) writes no KV,
     and the rate and the estimate move with time.
@@ -352,31 +383,27 @@ async def progress_updates(
     poll = True
     while True:
         snap = await measure(poll)
-        yield snap.progress
-        if snap.progress.finished:
-            return
-        poll = not await _next_write(snap.watch, clock, interval)
+        try:
+            yield snap.progress
+            if snap.progress.finished:
+                return
+            poll = not await _next_write(snap.watches, clock, interval)
+        finally:
+            snap.unwatch()
 
 
-async def _next_write(
-    watch: Sequence[tuple[KvNamespace, bytes]], clock: Clock, seconds: float
-) -> bool:
-    """Wait for a commit writing one of ``watch``, at most ``seconds`` of
+async def _next_write(watches: Sequence[Watch], clock: Clock, seconds: float) -> bool:
+    """Wait for a commit writing one of ``watches``, at most ``seconds`` of
     ``clock``; True if one came (a store failure it reports is raised)."""
-    futures = [(kv, key, kv.watch(key)) for kv, key in watch]
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
-    try:
-        await asyncio.wait(
-            {sleeper, *(f for _, _, f in futures)}, return_when=asyncio.FIRST_COMPLETED
-        )
-        fired = [f for _, _, f in futures if f.done() and not f.cancelled()]
-        for f in fired:
-            f.result()  # the store's failure, if a commit never landed
-        return bool(fired)
-    finally:
-        sleeper.cancel()
-        await asyncio.gather(sleeper, return_exceptions=True)
-        for kv, key, f in futures:
-            kv.unwatch(key, f)
-            if f.done() and not f.cancelled():
-                f.exception()  # retrieved: raised once above, not per watch
+    futures = [fut for _, _, fut in watches]
+    if not any(f.done() for f in futures):
+        sleeper = asyncio.ensure_future(clock.sleep(seconds))
+        try:
+            await asyncio.wait({sleeper, *futures}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeper.cancel()
+            await asyncio.gather(sleeper, return_exceptions=True)
+    fired = [f for f in futures if f.done() and not f.cancelled()]
+    for f in fired:
+        f.result()  # the store's failure, if a commit never landed
+    return bool(fired)
