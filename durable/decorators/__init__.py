@@ -34,7 +34,7 @@ from durable.decorators.current import current_engine
 from durable.decorators.engine import Engine
 from durable.decorators.executors import InlineExecutor, StepExecutor
 from durable.decorators.handles import WorkflowHandle
-from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
+from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, MapHandle, job
 from durable.decorators.listing import RunPage, RunSummary
 from durable.decorators.publish import publish
 from durable.decorators.status import WorkflowState, WorkflowStatus
@@ -42,6 +42,7 @@ from durable.decorators.step import StepFunction, step
 from durable.decorators.waiting import Waiting
 from durable.decorators.waits import sleep, wait_for_signal
 from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
+from durable.engine.progress import Progress
 
 __all__ = [
     "Backoff",
@@ -50,6 +51,8 @@ __all__ = [
     "JobFunction",
     "JobHandle",
     "JobSubmitter",
+    "MapHandle",
+    "Progress",
     "RunPage",
     "RunSummary",
     "StepExecutor",

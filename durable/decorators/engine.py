@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal as _signal
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextvars import Token
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -64,6 +64,7 @@ if TYPE_CHECKING:
     from durable.decorators.runtimes import WorkflowQueues
     from durable.decorators.status import WorkflowState
     from durable.engine.access import RunQueue
+    from durable.engine.progress import Progress
 
 __all__ = ["DEFAULT_STORE", "Engine"]
 
@@ -476,6 +477,28 @@ class Engine(EngineBase):
             attributes=attributes,
         )
         return await list_runs(self, self.every_partition(), f, limit=limit, cursor=cursor)
+
+    async def group_progress(self, group_id: str, *, window: float = 60.0) -> Progress:
+        """How far run group ``group_id`` has come (a ``@job`` ``map``, a bulk
+        batch, any `durable.engine.RunGroup`): its members counted by state,
+        the completion rate over the last ``window`` seconds and the time
+        remaining. Found by the id alone, read from the member records in
+        memory (no object read); works on a client engine and across
+        partitions; `GroupNotFound` for an unknown id. See
+        `durable.decorators.group_progress`."""
+        from durable.decorators.group_progress import group_progress
+
+        return await group_progress(self, group_id, window=window)
+
+    def group_progress_updates(
+        self, group_id: str, *, interval: float = 1.0, window: float = 60.0
+    ) -> AsyncIterator[Progress]:
+        """`group_progress` at once, then after each change and at least every
+        ``interval`` seconds of the engine's clock, until every member
+        terminated (the last value yielded): what a progress bar follows."""
+        from durable.decorators.group_progress import group_progress_updates
+
+        return group_progress_updates(self, group_id, interval=interval, window=window)
 
     async def resume(self, run_id: str) -> WorkflowHandle[Any]:
         """Continue failed or cancelled run ``run_id`` under its id from its
