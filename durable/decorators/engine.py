@@ -465,8 +465,9 @@ class Engine(EngineBase):
         ``workflow`` one value or a collection; ``started_after <= started <
         started_before`` (epoch ms or aware datetimes); ``attributes`` exact
         on every pair; ``version`` one workflow version or a collection (runs
-        started under that code: `durable.decorators.versions`). Read from the run index in memory (no object read);
-        works on a client engine and across partitions. See
+        started under that code: `durable.decorators.versions`). Read from
+        the run index in memory (no object read); works on a client engine
+        and across partitions. See
         `durable.decorators.listing`."""
         from durable.decorators.listing import RunFilter, list_runs
 

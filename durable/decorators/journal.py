@@ -17,8 +17,8 @@ absent fields take their defaults, unknown ones are ignored):
 
 | field | meaning |
 |---|---|
-| ``name`` | the step's name; ``durable.sleep``; ``durable.wait_for_signal``; a child's workflow; a patch id |
-| ``kind`` | ``step``, ``start`` (an at-most-once step began), ``sleep``, ``signal``, ``child``, ``patch`` |
+| ``name`` | a step; ``durable.sleep``; ``durable.wait_for_signal``; a child's workflow; a patch |
+| ``kind`` | ``step``, ``start`` (began), ``sleep``, ``signal``, ``child``, ``patch`` |
 | ``ok`` / ``err`` | the encoded result / exception (codec bytes), once there is one |
 | ``time`` | ms: when written; a sleep's wake-up time; a signal wait's deadline |
 | ``key`` | a signal wait's correlation key; a child's run id |

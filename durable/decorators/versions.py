@@ -96,5 +96,7 @@ def _code_bytes(code: types.CodeType) -> bytes:
     (no memory address: the same in every process)."""
     parts = [code.co_code, repr(code.co_names).encode()]
     for const in code.co_consts:
-        parts.append(_code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode())
+        parts.append(
+            _code_bytes(const) if isinstance(const, types.CodeType) else repr(const).encode()
+        )
     return b"\0".join(parts)

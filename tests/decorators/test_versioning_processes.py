@@ -2,8 +2,9 @@
 real processes.
 
 The test writes ``orders.py`` with v1 of a workflow (``reserve``, a signal
-wait, ``ship``). A first process starts run ``old`` on it and is killed
-with SIGKILL while the run waits for its signal. The test then rewrites
+wait, ``ship``; the listings are read from docs/versioning.md). A first
+process starts run ``old`` on it and is killed with SIGKILL while the run
+waits for its signal. The test then rewrites
 ``orders.py`` as v2: the same workflow name, with a ``fraud_check`` step
 added after ``reserve`` behind ``durable.patched("fraud-check")``. A
 second process, on v2, starts run ``new``, signals both, and reports:
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -64,23 +66,18 @@ async def ship(order: str) -> str:
     return f"shipped {order}"
 """
 
-V1 = """
-@durable.workflow(name="orders.fulfil")
-async def fulfil(order: str) -> str:
-    await reserve(order)
-    await durable.wait_for_signal(f"paid:{order}")
-    return await ship(order)
-"""
+DOCS = ROOT / "docs" / "versioning.md"
 
-V2 = """
-@durable.workflow(name="orders.fulfil")
-async def fulfil(order: str) -> str:
-    await reserve(order)
-    if durable.patched("fraud-check"):
-        await fraud_check(order)
-    await durable.wait_for_signal(f"paid:{order}")
-    return await ship(order)
-"""
+
+def listing(version: str) -> str:
+    """The code block of docs/versioning.md that starts ``# orders.py, {version}``:
+    the test runs the code the page shows."""
+    found = re.search(rf"```python\n(# orders\.py, {version}\n.*?)```", DOCS.read_text(), re.DOTALL)
+    assert found is not None, f"docs/versioning.md has no listing of orders.py, {version}"
+    return "\n" + found.group(1)
+
+
+V1, V2 = listing("v1"), listing("v2")
 
 MAIN = """
 async def journal(engine, run_id):
@@ -120,9 +117,7 @@ if __name__ == "__main__":
 
 
 def environment(log: Path) -> dict[str, str]:
-    return dict(
-        os.environ, APP_LOG=str(log), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1"
-    )
+    return dict(os.environ, APP_LOG=str(log), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1")
 
 
 def start_and_kill(cwd: Path, store: Path, log: Path) -> dict[str, str]:
