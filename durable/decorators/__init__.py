@@ -36,6 +36,7 @@ from durable.decorators.executors import InlineExecutor, StepExecutor
 from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, MapHandle, job
 from durable.decorators.listing import RunPage, RunSummary
+from durable.decorators.patching import patched
 from durable.decorators.publish import publish
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
@@ -65,6 +66,7 @@ __all__ = [
     "WorkflowStatus",
     "current_engine",
     "job",
+    "patched",
     "publish",
     "run_id",
     "set_attributes",

@@ -456,6 +456,7 @@ class Engine(EngineBase):
         started_after: int | datetime | None = None,
         started_before: int | datetime | None = None,
         attributes: Mapping[str, str] | None = None,
+        version: str | Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
@@ -464,8 +465,10 @@ class Engine(EngineBase):
         (None on the last). Every filter given must hold: ``state`` and
         ``workflow`` one value or a collection; ``started_after <= started <
         started_before`` (epoch ms or aware datetimes); ``attributes`` exact
-        on every pair. Read from the run index in memory (no object read);
-        works on a client engine and across partitions. See
+        on every pair; ``version`` one workflow version or a collection (runs
+        started under that code: `durable.decorators.versions`). Read from
+        the run index in memory (no object read); works on a client engine
+        and across partitions. See
         `durable.decorators.listing`."""
         from durable.decorators.listing import RunFilter, list_runs
 
@@ -475,6 +478,7 @@ class Engine(EngineBase):
             started_after=started_after,
             started_before=started_before,
             attributes=attributes,
+            version=version,
         )
         return await list_runs(self, self.every_partition(), f, limit=limit, cursor=cursor)
 

@@ -42,6 +42,7 @@ from durable.decorators.registry import (
     default_name,
 )
 from durable.decorators.submit import submit_run
+from durable.decorators.versions import check_version, code_version
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, validate_run_id
 from durable.errors import DecoratorError
@@ -105,10 +106,17 @@ class WorkflowStarter(Generic[P, R]):
 class Workflow(Generic[P, R]):
     """A ``@workflow`` function; see the module docstring."""
 
-    def __init__(self, fn: Callable[P, Coroutine[Any, Any, R]], *, name: str, queue: str) -> None:
+    def __init__(
+        self,
+        fn: Callable[P, Coroutine[Any, Any, R]],
+        *,
+        name: str,
+        queue: str,
+        version: str | None = None,
+    ) -> None:
         self.fn = fn
-        #: Name, function and queue, as registered.
-        self.definition = WorkflowDefinition(name, fn, queue)
+        #: Name, function, queue and version, as registered.
+        self.definition = WorkflowDefinition(name, fn, queue, version or code_version(fn))
         functools.update_wrapper(self, fn)
 
     @property
@@ -120,6 +128,13 @@ class Workflow(Generic[P, R]):
     def queue(self) -> str:
         """The queue its runs execute on."""
         return self.definition.queue
+
+    @property
+    def version(self) -> str:
+        """The code's version, recorded with each run started here: the pinned
+        ``version=``, else derived from the function's code
+        (`durable.decorators.versions`)."""
+        return self.definition.version or ""
 
     def options(
         self,
@@ -173,7 +188,7 @@ def workflow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, queue: str | None = None
+    *, name: str | None = None, queue: str | None = None, version: str | None = None
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
 
 
@@ -183,13 +198,16 @@ def workflow(
     *,
     name: str | None = None,
     queue: str | None = None,
+    version: str | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
     """Make an async function a durable workflow.
 
     Bare (``@workflow``) or with options: ``name`` pins the durable name
     (default ``module.qualname``; keep it when you move or rename the
     function, or runs in flight cannot find it), ``queue`` runs it on a
-    queue of its own (with its own concurrency limit on the `Engine`).
+    queue of its own (with its own concurrency limit on the `Engine`),
+    ``version`` pins the version recorded with each run (default: derived
+    from the function's code; `durable.decorators.versions`).
     A non-async function, or a name another workflow has, raises
     `DecoratorError` here, at decoration time.
     """
@@ -202,10 +220,13 @@ def workflow(
             validate_queue_name(queue)
         except ValueError as e:
             raise DecoratorError(f"@workflow(queue=...): {e}") from None
+    version = check_version(version)
 
     def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> Workflow[P, R]:
         check_async(f, "@workflow")
-        wf = Workflow(f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE)
+        wf = Workflow(
+            f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE, version=version
+        )
         REGISTRY.register(wf.definition)
         return wf
 
