@@ -62,7 +62,9 @@ class MockClock:
     `ClockNotAdvanced` (None: wait without that check).
     """
 
-    def __init__(self, start_ms: int = 1_700_000_000_000, *, stall_after: float | None = 5.0) -> None:
+    def __init__(
+        self, start_ms: int = 1_700_000_000_000, *, stall_after: float | None = 5.0
+    ) -> None:
         if stall_after is not None and not stall_after > 0:
             raise ValueError(f"stall_after must be positive seconds or None, got {stall_after!r}")
         self._now = int(start_ms)

@@ -129,7 +129,9 @@ class RunHistory:
                 raise ValueError(f"not a {HISTORY_FORMAT!r} file (write one with durable export)")
             version = m.get("v")
             if not isinstance(version, int) or version > HISTORY_VERSION:
-                raise ValueError(f"format version {version!r}; this durable reads {HISTORY_VERSION}")
+                raise ValueError(
+                    f"format version {version!r}; this durable reads {HISTORY_VERSION}"
+                )
             journal = tuple((int(p), bytes(e)) for p, e in m["journal"])
             history = cls(
                 run_id=str(m["run_id"]),
@@ -169,9 +171,7 @@ async def fetch_history(
     `RunNotFound` for a run the store does not hold."""
     if isinstance(store, Engine):
         return await _read_history(store, run_id)
-    engine = Engine(
-        store, role="client", storage_options=storage_options, signing_key=signing_key
-    )
+    engine = Engine(store, role="client", storage_options=storage_options, signing_key=signing_key)
     async with engine:
         return await _read_history(engine, run_id)
 
@@ -235,8 +235,9 @@ class ReplayResult:
         """Raise `NonDeterminismError` naming the divergence, if there is one."""
         d = self.divergence
         if d is not None:
-            raise NonDeterminismError(self.run_id, -1 if d.position is None else d.position,
-                                      d.expected, d.got)
+            raise NonDeterminismError(
+                self.run_id, -1 if d.position is None else d.position, d.expected, d.got
+            )
 
     def __str__(self) -> str:
         head = f"replay of run {self.run_id!r} ({self.workflow})"
@@ -306,7 +307,10 @@ async def replay(
         invocation.check_fits(definition.fn, run_id)
     except ArgumentMismatch as e:
         return ReplayResult(
-            run_id, definition.name, 0, Divergence(None, "the run's arguments", f"refuses them: {e}")
+            run_id,
+            definition.name,
+            0,
+            Divergence(None, "the run's arguments", f"refuses them: {e}"),
         )
     # Every recorded time has passed on this clock: journaled sleeps return.
     clock = MockClock(max([e.time for e in entries.values()], default=0) + 1, stall_after=None)

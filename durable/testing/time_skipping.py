@@ -29,6 +29,7 @@ from durable.decorators.stall import clock_wait
 from durable.decorators.waiting import Waiting, wait_until_waiting
 from durable.errors import InvalidArgument
 from durable.store.clock import MockClock
+from durable.store.queue import Queue
 
 if TYPE_CHECKING:
     from durable.decorators.base import EngineBase
@@ -95,7 +96,9 @@ async def _settle(
         deadline = waiting.until_ms if clock_wait(waiting) else None
         child = waiting.child_run_id
         if child is not None:
-            limit = deadline if bound is None else bound if deadline is None else min(deadline, bound)
+            limit = (
+                deadline if bound is None else bound if deadline is None else min(deadline, bound)
+            )
             found = await _settle(engine, clock, child, limit)
             if found is None:  # the child ended: its end wakes this run
                 after = waiting
@@ -106,6 +109,7 @@ async def _settle(
             return _Beyond(deadline)
         if deadline > clock.now_ms():
             clock.set(deadline)
-        for part in engine.every_partition():
-            part.queue.promote_scheduled_now()
+        queue = engine.for_run(run_id).queue
+        if isinstance(queue, Queue):  # the owner: promote now, not at the scheduler's tick
+            queue.promote_scheduled_now()
         after = waiting

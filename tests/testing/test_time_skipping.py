@@ -24,7 +24,8 @@ async def test_a_30_day_sleep_finishes_in_well_under_a_second(
     assert await handle.result() == "charged 700"
     elapsed = time.perf_counter() - t0
     assert elapsed < 1.0, elapsed
-    assert settled.ended and settled.waiting is None
+    assert settled.ended
+    assert settled.waiting is None
     assert settled.skipped == 30 * flows.DAY
     assert durable_clock.now_ms() - began_ms == 30 * flows.DAY * 1000
 
@@ -58,14 +59,16 @@ async def test_a_signal_wait_without_timeout_settles_as_waiting(
     assert settled.skipped == flows.DAY  # the sleep before it, not the wait's ten years
     await durable_engine.signal("approve", "yes")
     again = await run_until_settled(handle)
-    assert again.ended and again.skipped == 0
+    assert again.ended
+    assert again.skipped == 0
     assert await handle.result() == "yes"
 
 
 async def test_a_signal_timeout_is_a_time_and_is_skipped(durable_engine: Engine) -> None:
     handle = await flows.deadline.start()
     settled = await run_until_settled(handle)
-    assert settled.ended and settled.skipped == 3600
+    assert settled.ended
+    assert settled.skipped == 3600
     assert await handle.result() is None
 
 
