@@ -62,6 +62,8 @@ DurableError
     ├── NotInWorkflow                a workflow-only call outside a workflow
     ├── UnknownWorkflow              a run of a workflow this process does not know
     ├── NonDeterminismError          a replay called another step than the journal
+    ├── ClockNotAdvanced             a run waits on a MockClock nothing advances
+    │                                (also TimeoutError; tests only)
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
     ├── UnknownExecutor              a step names an executor its engine was not given
     │                                (also LookupError; permanent)
@@ -93,6 +95,7 @@ __all__ = [
     "BulkFailureThreshold",
     "CancelRequested",
     "ClaimLost",
+    "ClockNotAdvanced",
     "CodecError",
     "CodecMismatch",
     "ConflictingKvEffect",
@@ -910,6 +913,32 @@ class NonDeterminismError(WorkflowError):
         self.position = position
         self.journaled = journaled
         self.new = new
+
+
+def _span(seconds: float) -> str:
+    """``seconds`` in the largest unit that keeps it >= 1 (``30 days``, ``90 s``)."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.4g} {unit}"
+    return f"{seconds:.4g} s"
+
+
+class ClockNotAdvanced(WorkflowError, TimeoutError):
+    """``handle.result()`` waited for a run parked on a time of a `MockClock`
+    that nothing advanced for the clock's ``stall_after`` real seconds."""
+
+    def __init__(self, run_id: str, until_ms: int, now_ms: int, stalled: float) -> None:
+        ahead = _span((until_ms - now_ms) / 1000)
+        super().__init__(
+            f"run {run_id!r} waits for a time of the MockClock {ahead} ahead of it "
+            f"(at {until_ms} ms; the clock reads {now_ms} ms), and nothing advanced the clock "
+            f"for {stalled:g} s of real time: advance it in the test (clock.advance(seconds) "
+            "or clock.set(ms)), or let durable skip the time with "
+            "`await durable.testing.run_until_settled(handle)`"
+        )
+        self.run_id = run_id
+        self.until_ms = until_ms
+        self.now_ms = now_ms
 
 
 class StepMaybeExecutedError(WorkflowError):
