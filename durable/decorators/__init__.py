@@ -37,6 +37,7 @@ from durable.decorators.handles import WorkflowHandle
 from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
 from durable.decorators.listing import RunPage, RunSummary
 from durable.decorators.publish import publish
+from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
 from durable.decorators.waiting import Waiting
@@ -52,6 +53,7 @@ __all__ = [
     "JobSubmitter",
     "RunPage",
     "RunSummary",
+    "ScheduleInfo",
     "StepExecutor",
     "StepFunction",
     "Waiting",

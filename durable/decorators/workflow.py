@@ -41,6 +41,7 @@ from durable.decorators.registry import (
     check_async,
     default_name,
 )
+from durable.decorators.schedules import declare_schedule
 from durable.decorators.submit import submit_run
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, validate_run_id
@@ -173,7 +174,11 @@ def workflow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, queue: str | None = None
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    schedule: str | None = None,
+    schedule_timezone: str = "UTC",
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
 
 
@@ -183,6 +188,8 @@ def workflow(
     *,
     name: str | None = None,
     queue: str | None = None,
+    schedule: str | None = None,
+    schedule_timezone: str = "UTC",
 ) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
     """Make an async function a durable workflow.
 
@@ -190,6 +197,11 @@ def workflow(
     (default ``module.qualname``; keep it when you move or rename the
     function, or runs in flight cannot find it), ``queue`` runs it on a
     queue of its own (with its own concurrency limit on the `Engine`).
+    ``schedule`` (a five-field cron expression, read in IANA zone
+    ``schedule_timezone``) starts a run, without arguments, at each fire
+    once an engine that knows the workflow owns the store
+    (`durable.decorators.schedules`; a bad expression or zone, or a
+    workflow that needs arguments, is refused here).
     A non-async function, or a name another workflow has, raises
     `DecoratorError` here, at decoration time.
     """
@@ -207,6 +219,7 @@ def workflow(
         check_async(f, "@workflow")
         wf = Workflow(f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE)
         REGISTRY.register(wf.definition)
+        declare_schedule(wf.definition, schedule, schedule_timezone)
         return wf
 
     if fn is not None:
