@@ -53,7 +53,10 @@ DurableError
 │   ├── JobFailed                    a typed job ended in an error
 │   ├── BulkFailureThreshold         a bulk run's failed items above its threshold
 │   ├── InvalidCronExpression        not a five-field cron expression (also ValueError)
-│   └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
+│   ├── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
+│   ├── InvalidSchedule              a workflow schedule's id, time zone or window is
+│   │                                unusable (also ValueError)
+│   └── ScheduleNotFound             no workflow schedule of that id (also LookupError)
 └── WorkflowError                    the decorators (`@workflow`, `@step`, `Engine`)
     ├── DecoratorError               misuse caught at decoration time (also TypeError)
     ├── ArgumentMismatch             arguments that do not fit a workflow's or job's
@@ -120,6 +123,7 @@ __all__ = [
     "InvalidId",
     "InvalidOption",
     "InvalidQueueName",
+    "InvalidSchedule",
     "InvalidState",
     "InvalidStoreUrl",
     "JobFailed",
@@ -147,6 +151,7 @@ __all__ = [
     "RunCancelled",
     "RunNotFound",
     "RunStalled",
+    "ScheduleNotFound",
     "SelfFenced",
     "SignalWaiterExists",
     "StaleEpoch",
@@ -809,6 +814,25 @@ class DuplicateScheduleName(EngineError, ValueError):
             f"cron schedule {name!r} is already registered; give each schedule its own name"
         )
         self.name = name
+
+
+class InvalidSchedule(EngineError, ValueError):
+    """A workflow schedule cannot be used as given: its id, its time zone,
+    its backfill window (`durable.engine.schedules`)."""
+
+    def __init__(self, schedule_id: str, reason: str) -> None:
+        super().__init__(f"schedule {schedule_id!r}: {reason}")
+        self.schedule_id = schedule_id
+        self.reason = reason
+
+
+class ScheduleNotFound(EngineError, LookupError):
+    """No workflow schedule of that id in the store."""
+
+    def __init__(self, schedule_id: str, what: str = "") -> None:
+        where = f" ({what})" if what else ""
+        super().__init__(f"no schedule {schedule_id!r} in the store{where}: see engine.schedules()")
+        self.schedule_id = schedule_id
 
 
 # ----------------------------------------------------------------- decorators

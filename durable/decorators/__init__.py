@@ -38,6 +38,7 @@ from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, MapHan
 from durable.decorators.listing import RunPage, RunSummary
 from durable.decorators.patching import patched
 from durable.decorators.publish import publish
+from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
 from durable.decorators.waiting import Waiting
@@ -56,6 +57,7 @@ __all__ = [
     "Progress",
     "RunPage",
     "RunSummary",
+    "ScheduleInfo",
     "StepExecutor",
     "StepFunction",
     "Waiting",

@@ -62,6 +62,7 @@ if TYPE_CHECKING:
     from durable.decorators.listing import RunPage
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
+    from durable.decorators.schedules import ScheduleInfo
     from durable.decorators.status import WorkflowState
     from durable.engine.access import RunQueue
     from durable.engine.progress import Progress
@@ -523,6 +524,81 @@ class Engine(EngineBase):
         from durable.decorators.control import forget_run
 
         return await forget_run(self, run_id)
+
+    # ------------------------------------------------------------ schedules
+
+    async def schedule(
+        self,
+        workflow: Any,
+        cron: str,
+        /,
+        *args: Any,
+        schedule_id: str | None = None,
+        timezone: str = "UTC",
+        **kwargs: Any,
+    ) -> ScheduleInfo:
+        """Start a run of ``workflow(*args, **kwargs)`` each time ``cron`` (five
+        fields, read in IANA zone ``timezone``) fires; the schedule, durable
+        when this returns. ``schedule_id`` (``[A-Za-z0-9_-]``, at most 64
+        characters; default: from the workflow's name) names it: scheduling
+        an id again replaces its definition (keeping its last fire and pause).
+        `InvalidCronExpression`, `InvalidSchedule` (id, zone) or
+        `ArgumentMismatch` naming it for bad input. From a client, a request
+        through the inbox. See `durable.decorators.schedules`."""
+        from durable.decorators.schedules import create_schedule
+
+        definition = getattr(workflow, "definition", None)
+        if definition is None:
+            raise InvalidArgument(f"engine.schedule() takes a @workflow, got {workflow!r}")
+        return await create_schedule(
+            self, definition, cron, args, kwargs, schedule_id=schedule_id, timezone=timezone
+        )
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule in the store (`ScheduleInfo`), by id; works on a
+        client engine and across partitions."""
+        from durable.decorators.schedules import list_schedules
+
+        return await list_schedules(self.every_partition())
+
+    async def unschedule(self, schedule_id: str) -> bool:
+        """Remove schedule ``schedule_id`` (runs it started stay); False if
+        the store has no such schedule."""
+        from durable.decorators.schedules import change
+
+        return await change(self, schedule_id, "delete", None)
+
+    async def pause_schedule(self, schedule_id: str) -> None:
+        """Pause schedule ``schedule_id``: no fire starts a run until
+        `resume_schedule`. `ScheduleNotFound` for an unknown id."""
+        from durable.decorators.schedules import change
+
+        await change(self, schedule_id, "pause", None)
+
+    async def resume_schedule(self, schedule_id: str) -> None:
+        """Resume paused schedule ``schedule_id`` from now: fires missed while
+        paused do not run (`backfill_schedule` runs them). `ScheduleNotFound`
+        for an unknown id."""
+        from durable.decorators.schedules import change
+
+        await change(self, schedule_id, "resume", None)
+
+    async def trigger_schedule(self, schedule_id: str) -> WorkflowHandle[Any]:
+        """Start a run of schedule ``schedule_id`` now, paused or not (its
+        run id: ``<id>-now-<UTC time to the ms>``); its handle."""
+        from durable.decorators.schedules import trigger_schedule
+
+        return await trigger_schedule(self, schedule_id)
+
+    async def backfill_schedule(
+        self, schedule_id: str, start: int | datetime, end: int | datetime
+    ) -> list[WorkflowHandle[Any]]:
+        """Start a run for each fire of schedule ``schedule_id`` with ``start
+        <= fire < end`` (epoch ms or aware datetimes; the window ends by
+        now); their handles. Fires that already ran start nothing new."""
+        from durable.decorators.schedules import backfill_schedule
+
+        return await backfill_schedule(self, schedule_id, start, end)
 
     async def cancel_runs(self, *, dry_run: bool = False, **filters: Any) -> int:
         """Cancel every active run matching ``filters`` (those of `runs`, but

@@ -41,6 +41,7 @@ from durable.decorators.registry import (
     check_async,
     default_name,
 )
+from durable.decorators.schedules import declare_schedule
 from durable.decorators.submit import submit_run
 from durable.decorators.versions import check_version, code_version
 from durable.engine.records import input_digest
@@ -188,7 +189,12 @@ def workflow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, queue: str | None = None, version: str | None = None
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    version: str | None = None,
+    schedule: str | None = None,
+    schedule_timezone: str = "UTC",
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
 
 
@@ -199,6 +205,8 @@ def workflow(
     name: str | None = None,
     queue: str | None = None,
     version: str | None = None,
+    schedule: str | None = None,
+    schedule_timezone: str = "UTC",
 ) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
     """Make an async function a durable workflow.
 
@@ -208,6 +216,11 @@ def workflow(
     queue of its own (with its own concurrency limit on the `Engine`),
     ``version`` pins the version recorded with each run (default: derived
     from the function's code; `durable.decorators.versions`).
+    ``schedule`` (a five-field cron expression, read in IANA zone
+    ``schedule_timezone``) starts a run, without arguments, at each fire
+    once an engine that knows the workflow owns the store
+    (`durable.decorators.schedules`; a bad expression or zone, or a
+    workflow that needs arguments, is refused here).
     A non-async function, or a name another workflow has, raises
     `DecoratorError` here, at decoration time.
     """
@@ -228,6 +241,7 @@ def workflow(
             f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE, version=version
         )
         REGISTRY.register(wf.definition)
+        declare_schedule(wf.definition, schedule, schedule_timezone)
         return wf
 
     if fn is not None:
