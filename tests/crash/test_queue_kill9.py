@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import random
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
+from typing import TypeVar
 
 import procs
 import pytest
@@ -16,6 +19,7 @@ from durable.testing.cloud import StoreLocation
 
 CHILD = str(Path(__file__).with_name("queue_child.py"))
 pytestmark = pytest.mark.slow
+T = TypeVar("T")
 
 
 def read_events(proc: procs.Child, count: int) -> list[tuple[str, ...]]:
@@ -57,6 +61,20 @@ async def run_and_kill(where: StoreLocation, tag: str, lines: int) -> list[tuple
     return [(e[0], e[1]) for e in events if len(e) == 2]
 
 
+async def gather_bounded(
+    get: Callable[[str], Awaitable[T]], keys: list[str], limit: int
+) -> dict[str, T]:
+    """``{key: await get(key)}``, at most ``limit`` calls at a time."""
+    gate = asyncio.Semaphore(limit)
+
+    async def one(key: str) -> T:
+        async with gate:
+            return await get(key)
+
+    return dict(zip(keys, await asyncio.gather(*(one(k) for k in keys)), strict=True))
+
+
+@pytest.mark.timeout(300)  # a bound for a hung child; on an idle host s3 takes about 60 s
 async def test_every_returned_operation_survives_kill_9(shared_location: StoreLocation) -> None:
     where = shared_location
     rng = random.Random(20261130)
@@ -70,13 +88,14 @@ async def test_every_returned_operation_survives_kill_9(shared_location: StoreLo
         q = await Queue.open(where.url, options, storage_options=where.options)  # opens cleanly
         stats = q.stats(QUEUE)
         assert stats.claimed == 0  # interrupted claims were requeued at open
+        # Payloads (some offloaded to blobs: a GET each) of this round's jobs,
+        # read 16 at a time; every job's record every round.
+        fresh = sorted(job for job in enqueued if job.startswith(f"r{round_}-"))
+        read = await gather_bounded(q.get_job, fresh, 16)
         for job_id in enqueued:
-            # Payloads (some offloaded to blobs) of this round's jobs; every
-            # job's record every round.
-            fresh = job_id.startswith(f"r{round_}-")
-            record = await q.get_job(job_id) if fresh else q.job_record(job_id)
+            record = read[job_id] if job_id in read else q.job_record(job_id)
             assert record is not None, f"enqueued job {job_id} was lost"
-            if fresh:
+            if job_id in read:
                 assert record.payload == payload_of(job_id)
             if job_id in acked:
                 assert record.status is JobStatus.DONE, f"acked job {job_id} is {record.status}"
