@@ -86,3 +86,11 @@ def test_kv_effects_commit_with_submit_and_each_step(tmp_path: Path) -> None:
         assert "orders/order-42/status = b'shipped'" in view
         assert "orders/order-42/reserved = b'3 widgets'" in view
         assert "orders/order-42/receipt = b'receipt #1001: 29.97 EUR'" in view
+
+
+def test_sync_steps_run_def_bodies_in_the_engine_pool(tmp_path: Path) -> None:
+    out = run_example("sync_steps", str(tmp_path / "demo"))
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[:6]] == [f"file{i}.txt" for i in range(6)]
+    assert all(line.endswith("(durable-sync)") for line in lines[:6])
+    assert "lines in file5.txt: 6" in out
