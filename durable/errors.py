@@ -152,6 +152,7 @@ __all__ = [
     "StoreError",
     "StoreNotFound",
     "StoreNotInitialized",
+    "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
     "UnsupportedFormat",
@@ -1074,6 +1075,22 @@ class WorkflowFailed(WorkflowError):
 class CodecError(WorkflowError, TypeError):
     """A value cannot be encoded (or a stored one decoded) by the codec;
     the message names the value (which argument or result) and the fix."""
+
+
+class TypeMismatch(CodecError):
+    """A decoded value does not fit the type it is read as: the annotation
+    of a workflow's or job's parameter or result, of a step's result, or
+    the ``type=`` of ``wait_for_signal`` / ``handle.get``. ``what`` names
+    the value (the run, step or key), ``expected`` the type."""
+
+    def __init__(self, what: str, expected: str, detail: str) -> None:
+        self.what = what
+        self.expected = expected
+        self.detail = detail
+        super().__init__(f"{what} is not a {expected}: {detail}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.what, self.expected, self.detail))
 
 
 class CodecMismatch(WorkflowError):

@@ -44,6 +44,7 @@ from durable.decorators.journal import START, STEP, Entry
 from durable.decorators.registry import check_callable, default_name
 from durable.decorators.suspend import Suspend
 from durable.decorators.threads import is_sync
+from durable.decorators.typed import from_plain, return_hint
 from durable.engine.outcomes import Immediate
 from durable.errors import DecoratorError, StepMaybeExecutedError
 
@@ -104,6 +105,12 @@ class StepFunction(Generic[P, R]):
     def __repr__(self) -> str:
         return f"<step {self.name}>"
 
+    @property
+    def result_type(self) -> Any:
+        """The return annotation its results are validated into (read when
+        first needed; `durable.decorators.typed`)."""
+        return return_hint(self.fn)
+
     async def _journaled(
         self, run: RunContext, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
     ) -> R:
@@ -112,8 +119,7 @@ class StepFunction(Generic[P, R]):
             entry = run.entry_at(position, _KINDS, self.name, self.name)
             if entry is not None:
                 if entry.resolved:
-                    result: R = await run.replay(position, entry)
-                    return result
+                    return self._typed(await run.replay(position, entry), run, position)
                 raise StepMaybeExecutedError(run.run_id, position, self.name)
             if run.draining.is_set():  # the engine stops: go on in the next process
                 raise Suspend(Immediate())
@@ -229,8 +235,14 @@ class StepFunction(Generic[P, R]):
         done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
         await run.record(position, done)
         self._ended(run.run_id, position, began, None)
-        value: R = codec.loads(ok, what=f"the result of {what}")
-        return value
+        return self._typed(codec.loads(ok, what=f"the result of {what}"), run, position)
+
+    def _typed(self, value: Any, run: RunContext, position: int) -> R:
+        """The step's result validated into its return annotation
+        (`durable.decorators.typed`; `TypeMismatch` naming run and step)."""
+        what = f"the result of step {self.name!r} (position {position} of run {run.run_id!r})"
+        typed: R = from_plain(value, self.result_type, what)
+        return typed
 
 
 class StepDecorator(Protocol):

@@ -607,4 +607,4 @@ async def test_a_strict_codec_names_the_jobs_argument(
 ) -> None:
     async with make_engine(make_objects, clock, codec="msgpack"):
         with pytest.raises(CodecError, match=r"argument 0 of job tests\.jobs\.receipt"):
-            await receipt.submit(Receipt("o-1", 5), 5)  # type: ignore[arg-type]
+            await receipt.submit({"o-1"}, 5)  # type: ignore[arg-type]

@@ -58,6 +58,7 @@ from durable.decorators.jobs.mapping import MappedJobs, group_id_for_key
 from durable.decorators.jobs.registry import JOBS
 from durable.decorators.jobs.service import check_job_queue, runner_for
 from durable.decorators.registry import check_callable, default_name
+from durable.decorators.typed import return_hint
 from durable.engine.jobs import DEFAULT_JOBS_QUEUE, job_id_for_key
 from durable.engine.runs import RunOptions, validate_run_id
 from durable.engine.runtime import WorkflowRuntime
@@ -137,7 +138,12 @@ class JobSubmitter(Generic[P, R]):
         job = fn.job_type(encode_invocation(engine.codec, fn.name, *call, kind="job"))
         submitted = await runner.submit(job, idempotency_key=key, job_id=job_id, **self._options())
         return JobHandle(
-            engine.codec, runner.runtime, submitted.id, fn.name, submitted.newly_submitted
+            engine.codec,
+            runner.runtime,
+            submitted.id,
+            fn.name,
+            submitted.newly_submitted,
+            return_hint(fn.fn),
         )
 
     # ---------------------------------------------------------------- map
@@ -333,7 +339,7 @@ class JobFunction(Generic[P, R]):
         engine = current_engine(f"a handle on job {self.name!r}")
         job_id = validate_run_id(job_id)
         runtime = runner_for(engine.for_run(job_id), self.job_type).runtime
-        return JobHandle(engine.codec, runtime, job_id, self.name)
+        return JobHandle(engine.codec, runtime, job_id, self.name, result_type=return_hint(self.fn))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         refuse_wait(f"await {self.name}(...)")

@@ -177,7 +177,7 @@ class FunctionJob(Job[bytes]):
             invocation = decode_invocation(self.call, ctx.job_id)
             # Permanent: the code changed under a queued job.
             invocation.check_fits(self.FUNCTION, ctx.job_id, kind="job")
-            args, kwargs = invocation.decode_args(env.codec, ctx.job_id)
+            args, kwargs = invocation.decode_args(env.codec, ctx.job_id, self.FUNCTION)
             call = self._call(env, ctx, tuple(args), kwargs)
             async with keep_leased(ctx.lease, env.clock):
                 result = await _cancellable(
