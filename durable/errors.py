@@ -1087,7 +1087,7 @@ class TypeMismatch(CodecError):
         self.what = what
         self.expected = expected
         self.detail = detail
-        super().__init__(f"{what} is not a {expected}: {detail}")
+        super().__init__(f"{what} does not fit {expected}: {detail}")
 
     def __reduce__(self) -> tuple[object, ...]:
         return (type(self), (self.what, self.expected, self.detail))

@@ -130,6 +130,11 @@ def _name(t: Any) -> str:
 
 def _needs(t: Any) -> bool:
     """Whether an annotation holds a type that `from_plain` converts."""
+    if typing.is_typeddict(t):
+        try:
+            return any(_needs(h) for h in typing.get_type_hints(t).values())
+        except Exception:
+            return False
     if isinstance(t, type):
         return (
             dataclasses.is_dataclass(t)
