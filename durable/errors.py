@@ -76,6 +76,7 @@ DurableError
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
+    │   └── TypeMismatch             a value does not fit its annotation or type=
     ├── CodecMismatch                an Engine's codec or keys cannot read the store's
     │                                payloads; it refuses to open
     └── UntrustedPayload             an unsigned or tampered pickle, refused
