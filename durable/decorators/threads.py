@@ -29,8 +29,9 @@ works there); workflow calls that must be awaited (steps, waits) do not.
 is cancelled, or the engine stops) the attempt is *abandoned*: the step or
 job goes on at once (``TimeoutError``, then its retry policy), the body
 runs on to its end in its thread, unobserved, and its result or exception
-is discarded. Meanwhile it holds one of the pool's threads. A body that
-may hang should bound its own blocking calls (a socket timeout, say).
+is discarded. Meanwhile it holds one of the pool's threads, and the
+process waits for it at exit (Python joins pool threads then). A body
+that may hang should bound its own blocking calls (a socket timeout, say).
 
 A ``def`` *workflow* is refused (`DecoratorError` naming it): its body
 awaits its steps and waits, so it must be ``async def``.

@@ -233,6 +233,7 @@ async def test_the_pool_size_is_honoured(make_objects: Factory, clock: MockClock
 
 @durable.step
 def blocking() -> str:
+    threads.append(durable.run_id())  # the run's context reaches the thread
     started.release()
     return "released" if release.wait(LIMIT) else "never released"
 
@@ -262,6 +263,7 @@ async def test_a_blocking_sync_body_does_not_block_the_event_loop(
         assert await result(await quick_run.start()) == "quick"
         release.set()
         assert await result(slow) == "released"
+    assert threads == [slow.run_id]
 
 
 async def test_a_sync_step_outside_a_workflow_is_awaited_in_a_thread(
