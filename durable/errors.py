@@ -53,7 +53,10 @@ DurableError
 │   ├── JobFailed                    a typed job ended in an error
 │   ├── BulkFailureThreshold         a bulk run's failed items above its threshold
 │   ├── InvalidCronExpression        not a five-field cron expression (also ValueError)
-│   └── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
+│   ├── DuplicateScheduleName        a cron schedule name used twice (also ValueError)
+│   ├── InvalidSchedule              a workflow schedule's id, time zone or window is
+│   │                                unusable (also ValueError)
+│   └── ScheduleNotFound             no workflow schedule of that id (also LookupError)
 └── WorkflowError                    the decorators (`@workflow`, `@step`, `Engine`)
     ├── DecoratorError               misuse caught at decoration time (also TypeError)
     ├── ArgumentMismatch             arguments that do not fit a workflow's or job's
@@ -62,6 +65,8 @@ DurableError
     ├── NotInWorkflow                a workflow-only call outside a workflow
     ├── UnknownWorkflow              a run of a workflow this process does not know
     ├── NonDeterminismError          a replay called another step than the journal
+    ├── ClockNotAdvanced             a run waits on a MockClock nothing advances
+    │                                (also TimeoutError; tests only)
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
     ├── UnknownExecutor              a step names an executor its engine was not given
     │                                (also LookupError; permanent)
@@ -94,6 +99,7 @@ __all__ = [
     "BulkFailureThreshold",
     "CancelRequested",
     "ClaimLost",
+    "ClockNotAdvanced",
     "CodecError",
     "CodecMismatch",
     "ConflictingKvEffect",
@@ -118,6 +124,7 @@ __all__ = [
     "InvalidId",
     "InvalidOption",
     "InvalidQueueName",
+    "InvalidSchedule",
     "InvalidState",
     "InvalidStoreUrl",
     "JobFailed",
@@ -145,6 +152,7 @@ __all__ = [
     "RunCancelled",
     "RunNotFound",
     "RunStalled",
+    "ScheduleNotFound",
     "SelfFenced",
     "SignalWaiterExists",
     "StaleEpoch",
@@ -810,6 +818,25 @@ class DuplicateScheduleName(EngineError, ValueError):
         self.name = name
 
 
+class InvalidSchedule(EngineError, ValueError):
+    """A workflow schedule cannot be used as given: its id, its time zone,
+    its backfill window (`durable.engine.schedules`)."""
+
+    def __init__(self, schedule_id: str, reason: str) -> None:
+        super().__init__(f"schedule {schedule_id!r}: {reason}")
+        self.schedule_id = schedule_id
+        self.reason = reason
+
+
+class ScheduleNotFound(EngineError, LookupError):
+    """No workflow schedule of that id in the store."""
+
+    def __init__(self, schedule_id: str, what: str = "") -> None:
+        where = f" ({what})" if what else ""
+        super().__init__(f"no schedule {schedule_id!r} in the store{where}: see engine.schedules()")
+        self.schedule_id = schedule_id
+
+
 # ----------------------------------------------------------------- decorators
 
 
@@ -912,6 +939,32 @@ class NonDeterminismError(WorkflowError):
         self.position = position
         self.journaled = journaled
         self.new = new
+
+
+def _span(seconds: float) -> str:
+    """``seconds`` in the largest unit that keeps it >= 1 (``30 days``, ``90 s``)."""
+    for unit, size in (("days", 86400), ("h", 3600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds / size:.4g} {unit}"
+    return f"{seconds:.4g} s"
+
+
+class ClockNotAdvanced(WorkflowError, TimeoutError):
+    """``handle.result()`` waited for a run parked on a time of a `MockClock`
+    that nothing advanced for the clock's ``stall_after`` real seconds."""
+
+    def __init__(self, run_id: str, until_ms: int, now_ms: int, stalled: float) -> None:
+        ahead = _span((until_ms - now_ms) / 1000)
+        super().__init__(
+            f"run {run_id!r} waits for a time of the MockClock {ahead} ahead of it "
+            f"(at {until_ms} ms; the clock reads {now_ms} ms), and nothing advanced the clock "
+            f"for {stalled:g} s of real time: advance it in the test (clock.advance(seconds) "
+            "or clock.set(ms)), or let durable skip the time with "
+            "`await durable.testing.run_until_settled(handle)`"
+        )
+        self.run_id = run_id
+        self.until_ms = until_ms
+        self.now_ms = now_ms
 
 
 class StepMaybeExecutedError(WorkflowError):

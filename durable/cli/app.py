@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import typer
 
-from durable.cli import check, control, dead, group, kv, runs, show, stats, ui
+from durable.cli import check, control, dead, export, group, kv, runs, show, stats, ui
 
 __all__ = ["COMMANDS", "app", "main"]
 
 #: The command modules, in the order ``--help`` lists them.
-COMMANDS = (runs, show, control, dead, kv, stats, check, group, ui)
+COMMANDS = (runs, show, control, dead, kv, stats, check, export, group, ui)
 
 app = typer.Typer(
     name="durable",

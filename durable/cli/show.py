@@ -113,6 +113,7 @@ def _status_fields(status: WorkflowStatus) -> dict[str, Any]:
     return {
         "run_id": status.run_id,
         "workflow": status.workflow,
+        "version": status.version,
         "state": status.state.value.lower(),
         "steps": status.steps,
         "current_step": status.current_step,
@@ -177,6 +178,7 @@ def render_run(document: dict[str, Any]) -> None:
             {
                 "run": document["run_id"],
                 "workflow": document["workflow"] or "(unknown)",
+                "version": document["version"],
                 "state": document["state"],
                 "steps journaled": document["steps"],
                 "current step": document["current_step"],

@@ -25,7 +25,8 @@ works unchanged, and the operations that write go to the inbox:
 - a group's marker: a group-mark request. `spawn`: `ReadOnlyStore` (a client
   runs nothing).
 
-- `post_cancel`, `post_signal`, `requeue_dead`, `post_forget`: the same
+- `post_cancel`, `post_signal`, `requeue_dead`, `post_forget`,
+  `post_schedule`: the same
   requests, returning the `Posted` request; `wait_done` then awaits the
   owner's done record of it (applied, or the error it failed with), for a
   caller that must report the outcome (the CLI).
@@ -437,6 +438,18 @@ class ClientRuntime(WorkflowRuntime):
         owner: its done record says `WrongRunState` for an active run,
         `RunNotFound` for an unknown one); the request, for `wait_done`."""
         posted = await self.client.inbox.forget(self.options.queue_name, run_id)
+        self.client.follower.wake()
+        return posted
+
+    async def post_schedule(
+        self, schedule_id: str, op: str, at_ms: int, record: bytes | None
+    ) -> Posted:
+        """A schedule change request (`durable.cluster.requests.ScheduleRequest`:
+        its done record says `ScheduleNotFound` for a pause or resume of an
+        absent schedule); the request, for `wait_done`."""
+        posted = await self.client.inbox.schedule(
+            self.options.queue_name, schedule_id, op, at_ms, record
+        )
         self.client.follower.wake()
         return posted
 

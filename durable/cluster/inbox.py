@@ -40,6 +40,7 @@ from durable.cluster.requests import (
     GroupMarkRequest,
     Request,
     RequeueRequest,
+    ScheduleRequest,
     SignalRequest,
     SubmitRequest,
     decode_request,
@@ -174,6 +175,12 @@ class InboxWriter:
     async def forget(self, queue: str, run_id: str) -> Posted:
         """Ask the owner to forget terminated run ``run_id`` (``engine.forget``)."""
         return await self._post(ForgetRequest(queue, _nonce(), run_id))
+
+    async def schedule(
+        self, queue: str, schedule_id: str, op: str, at_ms: int, record: bytes | None
+    ) -> Posted:
+        """Ask the owner to change schedule ``schedule_id`` (`ScheduleRequest`)."""
+        return await self._post(ScheduleRequest(queue, _nonce(), schedule_id, op, at_ms, record))
 
     async def _post(self, request: Request) -> Posted:
         data = encode_request(request)

@@ -23,6 +23,7 @@ operation that runs after its commit and that a crash may have cut short.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from durable.cluster.requests import (
@@ -32,6 +33,7 @@ from durable.cluster.requests import (
     GroupMarkRequest,
     Request,
     RequeueRequest,
+    ScheduleRequest,
     SignalDeliverRequest,
     SignalRegisterRequest,
     SignalRejectRequest,
@@ -42,14 +44,16 @@ from durable.cluster.requests import (
 )
 from durable.engine import keys
 from durable.engine.records import decode_run_record
+from durable.engine.schedules import SCHEDULES_CHANGED_KEY, apply_change, schedule_key
 from durable.engine.transitions import internal_effects
 from durable.errors import InputMismatch, JobNotFound, ReadOnlyStore, RunNotFound
 from durable.store.queue import Queue
 
 if TYPE_CHECKING:
+    from durable.engine.access import RunQueue
     from durable.engine.runtime import WorkflowRuntime
 
-__all__ = ["apply_request", "follow_up"]
+__all__ = ["apply_request", "change_schedule", "follow_up"]
 
 
 async def apply_request(rt: WorkflowRuntime, request: Request, done: dict[bytes, bytes]) -> None:
@@ -68,6 +72,8 @@ async def apply_request(rt: WorkflowRuntime, request: Request, done: dict[bytes,
         await _requeue(rt, request, done)
     elif isinstance(request, ForgetRequest):
         await _forget(rt, request, done)
+    elif isinstance(request, ScheduleRequest):
+        await _schedule(rt, request, done)
     elif isinstance(request, SignalRegisterRequest):
         await rt.signals.accept_waiter(request.key, request.waiter, internal=done)
     elif isinstance(request, SignalUnregisterRequest):
@@ -123,6 +129,40 @@ async def _forget(rt: WorkflowRuntime, request: ForgetRequest, done: dict[bytes,
         raise ReadOnlyStore(rt.queue.writer.objects.url, "forget a run (no forget here)")
     if not await forget(request.run_id, done):
         raise RunNotFound(request.run_id, "forget")
+
+
+async def _schedule(
+    rt: WorkflowRuntime, request: ScheduleRequest, done: dict[bytes, bytes]
+) -> None:
+    """Change the schedule with ``done`` in the same commit (and the
+    schedules' change marker, which wakes the owner's scheduler);
+    `ScheduleNotFound` for a pause or resume of an absent schedule."""
+    await change_schedule(
+        rt.queue, request.schedule_id, request.op, request.record, request.at_ms, done
+    )
+
+
+async def change_schedule(
+    queue: RunQueue,
+    schedule_id: str,
+    op: str,
+    record: bytes | None,
+    at_ms: int,
+    internal: Mapping[bytes, bytes] | None = None,
+) -> bool:
+    """Apply schedule change ``op`` on the owner's ``queue`` in one commit
+    with ``internal`` (`durable.engine.schedules.apply_change`); True if
+    the schedule existed before. Retried while another commit changes the
+    record between its read and this commit."""
+    key = schedule_key(schedule_id)
+    kv = queue.kv.internal()
+    while True:
+        raw = kv.get(key)
+        new = apply_change(raw, op, record, at_ms, schedule_id)
+        writes: dict[bytes, bytes | None] = {**(internal or {}), key: new}
+        writes[SCHEDULES_CHANGED_KEY] = str(at_ms).encode()
+        if await queue.kv_compare_commit(key, raw, internal_effects(writes)) is not None:
+            return raw is not None
 
 
 async def follow_up(rt: WorkflowRuntime, request: Request) -> None:

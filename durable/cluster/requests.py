@@ -6,7 +6,8 @@ A request is one object under the store's ``inbox/`` prefix:
   written create-if-absent, so two processes submitting the same run id at
   once collapse to one object;
 - ``inbox/req/<ulid>``: every other kind (`SignalRequest`, `CancelRequest`,
-  `ClearSignalRequest`, `GroupMarkRequest`, `RequeueRequest`, `ForgetRequest`, and the
+  `ClearSignalRequest`, `GroupMarkRequest`, `RequeueRequest`, `ForgetRequest`,
+  `ScheduleRequest`, and the
   messages partitions
   send each other about signal keys: `SignalRegisterRequest`,
   `SignalUnregisterRequest`, `SignalDeliverRequest`, `SignalRejectRequest`,
@@ -35,6 +36,7 @@ import msgpack
 from durable.engine._checks import check_bytes
 from durable.engine.records import GroupMembership
 from durable.engine.runs import RESERVED_KV_PREFIX, RunOptions, RunSpec, validate_run_id
+from durable.engine.schedules import validate_schedule_id
 from durable.engine.signals import RemoteWaiter, check_signal
 from durable.errors import CorruptObject, CorruptRequest, InvalidArgument, UnsupportedFormat
 from durable.store.framing import Kind, frame, unframe
@@ -55,6 +57,7 @@ __all__ = [
     "GroupMarkRequest",
     "Request",
     "RequeueRequest",
+    "ScheduleRequest",
     "SignalDeliverRequest",
     "SignalRegisterRequest",
     "SignalRejectRequest",
@@ -217,6 +220,30 @@ class ForgetRequest(Request):
 
 
 @dataclass(frozen=True, slots=True)
+class ScheduleRequest(Request):
+    """Change schedule ``schedule_id`` (`durable.engine.schedules.apply_change`):
+    ``op`` is ``put`` (``record``: the new definition), ``pause``, ``resume``
+    or ``delete``, made at ``at_ms`` (the requester's clock)."""
+
+    schedule_id: str
+    op: str
+    at_ms: int
+    record: bytes | None = None
+
+    def __post_init__(self) -> None:
+        Request.__post_init__(self)
+        validate_schedule_id(self.schedule_id)
+        if self.op not in ("put", "pause", "resume", "delete"):
+            raise InvalidArgument(f"unknown schedule change {self.op!r}")
+        if isinstance(self.at_ms, bool) or not isinstance(self.at_ms, int) or self.at_ms < 0:
+            raise InvalidArgument(f"at_ms must be an int >= 0, got {self.at_ms!r}")
+        if (self.op == "put") != (self.record is not None):
+            raise InvalidArgument("a schedule put carries a record, and only a put does")
+        if self.record is not None:
+            check_bytes("schedule record", self.record)
+
+
+@dataclass(frozen=True, slots=True)
 class WaiterRequest(Request):
     """A message about run ``run_id`` whose step job ``job_id`` (of runtime
     queue ``queue``) waits on ``key`` (`durable.engine.signals`, across
@@ -325,6 +352,9 @@ def encode_request(request: Request) -> bytes:
         m.update(kind="requeue", job_id=request.job_id)
     elif isinstance(request, ForgetRequest):
         m.update(kind="forget", run_id=request.run_id)
+    elif isinstance(request, ScheduleRequest):
+        m.update(kind="schedule", schedule_id=request.schedule_id, op=request.op)
+        m.update(at_ms=request.at_ms, record=request.record)
     elif isinstance(request, WaiterRequest) and type(request) in _WAITER_KINDS:
         m.update(
             kind=_WAITER_KINDS[type(request)],
@@ -423,6 +453,15 @@ def _build(m: Mapping[str, Any]) -> Request:
         return RequeueRequest(queue, nonce, _field(m, "job_id", str))
     if kind == "forget":
         return ForgetRequest(queue, nonce, _field(m, "run_id", str))
+    if kind == "schedule":
+        return ScheduleRequest(
+            queue,
+            nonce,
+            _field(m, "schedule_id", str),
+            _field(m, "op", str),
+            _field(m, "at_ms", int),
+            _optional(m, "record", bytes),
+        )
     if kind == "signal_return":
         return SignalReturnRequest(queue, nonce, _field(m, "key", str), _field(m, "payload", bytes))
     for cls, name in _WAITER_KINDS.items():

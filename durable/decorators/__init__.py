@@ -34,14 +34,17 @@ from durable.decorators.current import current_engine
 from durable.decorators.engine import Engine
 from durable.decorators.executors import InlineExecutor, StepExecutor
 from durable.decorators.handles import WorkflowHandle
-from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, job
+from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, MapHandle, job
 from durable.decorators.listing import RunPage, RunSummary
+from durable.decorators.patching import patched
 from durable.decorators.publish import publish
+from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
 from durable.decorators.waiting import Waiting
 from durable.decorators.waits import sleep, wait_for_signal
 from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
+from durable.engine.progress import Progress
 
 __all__ = [
     "Backoff",
@@ -50,8 +53,11 @@ __all__ = [
     "JobFunction",
     "JobHandle",
     "JobSubmitter",
+    "MapHandle",
+    "Progress",
     "RunPage",
     "RunSummary",
+    "ScheduleInfo",
     "StepExecutor",
     "StepFunction",
     "Waiting",
@@ -62,6 +68,7 @@ __all__ = [
     "WorkflowStatus",
     "current_engine",
     "job",
+    "patched",
     "publish",
     "run_id",
     "set_attributes",

@@ -6,7 +6,10 @@ an ``asyncio.gather``) sees the same run. It carries the run id, the
 engine, the delivery's `durable.engine.Step`, the run's journal and the
 *position counter*: every ``@step`` call, durable wait and child run takes
 the next position synchronously, when it is called, so positions do not
-depend on which branch of a gather finishes first.
+depend on which branch of a gather finishes first. A position holding a
+patch marker (`durable.decorators.patching`) is only taken by the
+``durable.patched()`` call that asks for it: every other call steps over
+it.
 
 While a step's body runs, the context also names that step: inside a step
 ``@step`` calls are plain calls and durable waits are refused.
@@ -30,6 +33,7 @@ from collections.abc import Container, Iterator
 from contextvars import Context, ContextVar, copy_context
 from typing import TYPE_CHECKING, Any
 
+from durable.decorators.journal import PATCH
 from durable.decorators.parking import Parked, Parking
 from durable.decorators.suspend import Abort
 from durable.engine import keys
@@ -83,6 +87,8 @@ class RunContext:
         self.parking = Parking(engine.clock, self.starts, self.signal_buffered)
         #: The first non-determinism met, even if the workflow caught it.
         self.nondeterminism: NonDeterminismError | None = None
+        #: ``durable.patched(id)`` answers so far, by id (the first call decides).
+        self.patches: dict[str, bool] = {}
 
     @property
     def run_id(self) -> str:
@@ -100,10 +106,31 @@ class RunContext:
         return self.engine.clock
 
     def next_position(self) -> int:
-        """Take the next journal position."""
-        position = self._next
-        self._next += 1
+        """Take the next journal position (stepping over patch markers)."""
+        position = self.peek_position()
+        self._next = position + 1
         return position
+
+    def peek_position(self) -> int:
+        """The position `next_position` would take, without taking it."""
+        position = self._next
+        while (entry := self.journal.get(position)) is not None and entry.kind == PATCH:
+            position += 1
+        return position
+
+    def markers_from(self) -> dict[str, int]:
+        """The patch markers journaled from the next position on, up to the
+        first position that holds another call: patch id -> position."""
+        found: dict[str, int] = {}
+        position = self._next
+        while (entry := self.journal.get(position)) is not None and entry.kind == PATCH:
+            found.setdefault(entry.name, position)
+            position += 1
+        return found
+
+    def take_through(self, position: int) -> None:
+        """Take every position up to and including ``position``."""
+        self._next = max(self._next, position + 1)
 
     def nondeterministic(self, position: int, journaled: str, new: str) -> NonDeterminismError:
         """The error for a call that differs from the journal (remembered, so

@@ -32,7 +32,7 @@ from __future__ import annotations
 import asyncio
 import os
 import signal as _signal
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from contextvars import Token
 from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any, Literal
@@ -63,8 +63,10 @@ if TYPE_CHECKING:
     from durable.decorators.listing import RunPage
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
+    from durable.decorators.schedules import ScheduleInfo
     from durable.decorators.status import WorkflowState
     from durable.engine.access import RunQueue
+    from durable.engine.progress import Progress
 
 __all__ = ["DEFAULT_STORE", "Engine"]
 
@@ -463,6 +465,7 @@ class Engine(EngineBase):
         started_after: int | datetime | None = None,
         started_before: int | datetime | None = None,
         attributes: Mapping[str, str] | None = None,
+        version: str | Collection[str] | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
@@ -471,8 +474,10 @@ class Engine(EngineBase):
         (None on the last). Every filter given must hold: ``state`` and
         ``workflow`` one value or a collection; ``started_after <= started <
         started_before`` (epoch ms or aware datetimes); ``attributes`` exact
-        on every pair. Read from the run index in memory (no object read);
-        works on a client engine and across partitions. See
+        on every pair; ``version`` one workflow version or a collection (runs
+        started under that code: `durable.decorators.versions`). Read from
+        the run index in memory (no object read); works on a client engine
+        and across partitions. See
         `durable.decorators.listing`."""
         from durable.decorators.listing import RunFilter, list_runs
 
@@ -482,8 +487,31 @@ class Engine(EngineBase):
             started_after=started_after,
             started_before=started_before,
             attributes=attributes,
+            version=version,
         )
         return await list_runs(self, self.every_partition(), f, limit=limit, cursor=cursor)
+
+    async def group_progress(self, group_id: str, *, window: float = 60.0) -> Progress:
+        """How far run group ``group_id`` has come (a ``@job`` ``map``, a bulk
+        batch, any `durable.engine.RunGroup`): its members counted by state,
+        the completion rate over the last ``window`` seconds and the time
+        remaining. Found by the id alone, read from the member records in
+        memory (no object read); works on a client engine and across
+        partitions; `GroupNotFound` for an unknown id. See
+        `durable.decorators.group_progress`."""
+        from durable.decorators.group_progress import group_progress
+
+        return await group_progress(self, group_id, window=window)
+
+    def group_progress_updates(
+        self, group_id: str, *, interval: float = 1.0, window: float = 60.0
+    ) -> AsyncIterator[Progress]:
+        """`group_progress` at once, then after each change and at least every
+        ``interval`` seconds of the engine's clock, until every member
+        terminated (the last value yielded): what a progress bar follows."""
+        from durable.decorators.group_progress import group_progress_updates
+
+        return group_progress_updates(self, group_id, interval=interval, window=window)
 
     async def resume(self, run_id: str) -> WorkflowHandle[Any]:
         """Continue failed or cancelled run ``run_id`` under its id from its
@@ -504,6 +532,81 @@ class Engine(EngineBase):
         from durable.decorators.control import forget_run
 
         return await forget_run(self, run_id)
+
+    # ------------------------------------------------------------ schedules
+
+    async def schedule(
+        self,
+        workflow: Any,
+        cron: str,
+        /,
+        *args: Any,
+        schedule_id: str | None = None,
+        timezone: str = "UTC",
+        **kwargs: Any,
+    ) -> ScheduleInfo:
+        """Start a run of ``workflow(*args, **kwargs)`` each time ``cron`` (five
+        fields, read in IANA zone ``timezone``) fires; the schedule, durable
+        when this returns. ``schedule_id`` (``[A-Za-z0-9_-]``, at most 64
+        characters; default: from the workflow's name) names it: scheduling
+        an id again replaces its definition (keeping its last fire and pause).
+        `InvalidCronExpression`, `InvalidSchedule` (id, zone) or
+        `ArgumentMismatch` naming it for bad input. From a client, a request
+        through the inbox. See `durable.decorators.schedules`."""
+        from durable.decorators.schedules import create_schedule
+
+        definition = getattr(workflow, "definition", None)
+        if definition is None:
+            raise InvalidArgument(f"engine.schedule() takes a @workflow, got {workflow!r}")
+        return await create_schedule(
+            self, definition, cron, args, kwargs, schedule_id=schedule_id, timezone=timezone
+        )
+
+    async def schedules(self) -> list[ScheduleInfo]:
+        """Every schedule in the store (`ScheduleInfo`), by id; works on a
+        client engine and across partitions."""
+        from durable.decorators.schedules import list_schedules
+
+        return await list_schedules(self.every_partition())
+
+    async def unschedule(self, schedule_id: str) -> bool:
+        """Remove schedule ``schedule_id`` (runs it started stay); False if
+        the store has no such schedule."""
+        from durable.decorators.schedules import change
+
+        return await change(self, schedule_id, "delete", None)
+
+    async def pause_schedule(self, schedule_id: str) -> None:
+        """Pause schedule ``schedule_id``: no fire starts a run until
+        `resume_schedule`. `ScheduleNotFound` for an unknown id."""
+        from durable.decorators.schedules import change
+
+        await change(self, schedule_id, "pause", None)
+
+    async def resume_schedule(self, schedule_id: str) -> None:
+        """Resume paused schedule ``schedule_id`` from now: fires missed while
+        paused do not run (`backfill_schedule` runs them). `ScheduleNotFound`
+        for an unknown id."""
+        from durable.decorators.schedules import change
+
+        await change(self, schedule_id, "resume", None)
+
+    async def trigger_schedule(self, schedule_id: str) -> WorkflowHandle[Any]:
+        """Start a run of schedule ``schedule_id`` now, paused or not (its
+        run id: ``<id>-now-<UTC time to the ms>``); its handle."""
+        from durable.decorators.schedules import trigger_schedule
+
+        return await trigger_schedule(self, schedule_id)
+
+    async def backfill_schedule(
+        self, schedule_id: str, start: int | datetime, end: int | datetime
+    ) -> list[WorkflowHandle[Any]]:
+        """Start a run for each fire of schedule ``schedule_id`` with ``start
+        <= fire < end`` (epoch ms or aware datetimes; the window ends by
+        now); their handles. Fires that already ran start nothing new."""
+        from durable.decorators.schedules import backfill_schedule
+
+        return await backfill_schedule(self, schedule_id, start, end)
 
     async def cancel_runs(self, *, dry_run: bool = False, **filters: Any) -> int:
         """Cancel every active run matching ``filters`` (those of `runs`, but

@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 from durable.decorators.children import cancel_tree
 from durable.decorators.outcome import read_result
 from durable.decorators.published import wait_published
+from durable.decorators.stall import wait_or_stall
 from durable.decorators.status import WorkflowStatus, read_status
 from durable.decorators.typed import from_plain
 from durable.decorators.waiting import Waiting, wait_until_waiting
@@ -61,11 +62,13 @@ class WorkflowHandle(Generic[R]):
         `InputMismatch` when this handle's `start` sent other arguments than
         the run that ran under its id (another process started the id first,
         and the clash was not visible when this one started: see
-        `durable.cluster.client`).
+        `durable.cluster.client`). On a `MockClock`, `ClockNotAdvanced` when
+        the run waits for a time of the clock that nothing advances
+        (`durable.decorators.stall`).
         """
         engine = self._engine.for_run(self.run_id)
         runtime = engine.workflows.default
-        end = await runtime.wait_timeout(self.run_id, timeout)
+        end = await wait_or_stall(engine, self.run_id, runtime.wait_timeout(self.run_id, timeout))
         if end is None:
             raise RunNotFound(self.run_id, "handle.result()")
         if self._input_digest is not None:

@@ -6,7 +6,8 @@ run, under the engine's reserved prefix::
 
     workflow/run-index/t/{2**64-1 - started_ms: 8 bytes big-endian}{run_id}
         -> {"v": 1, "workflow": name, "started": ms, "queue": name (unless
-            the default), "attrs": {str: str}, "seq": n, "steps": n (once archived)}
+            the default), "attrs": {str: str}, "seq": n, "steps": n (once archived),
+            "ver": the workflow's version (`durable.decorators.versions`)}
     workflow/run-index/r/{run_id} -> started_ms, 8 bytes big-endian
 
 The first (the *order key*) sorts newest first, ties by run id; the second
@@ -100,6 +101,8 @@ class IndexEntry:
     steps: int | None = None
     #: The workflow's queue (None: the default, ``"workflows"``).
     queue: str | None = None
+    #: The workflow's version in the code that started the run (None: not recorded).
+    version: str | None = None
 
     def replace(self, **changes: Any) -> IndexEntry:
         """A copy with ``changes``."""
@@ -117,6 +120,8 @@ def encode_entry(entry: IndexEntry) -> bytes:
         m["steps"] = entry.steps
     if entry.queue is not None:
         m["queue"] = entry.queue
+    if entry.version is not None:
+        m["ver"] = entry.version
     packed: bytes = msgpack.packb(m, use_bin_type=True)
     return packed
 
@@ -129,7 +134,7 @@ def decode_entry(run_id: str, data: bytes) -> IndexEntry:
             raise ValueError(f"not an index entry of a known version: {m!r:.80}")
         workflow, started = m["workflow"], m["started"]
         attrs = m.get("attrs") or {}
-        seq, steps, queue = m.get("seq", 0), m.get("steps"), m.get("queue")
+        seq, steps, queue, version = m.get("seq", 0), m.get("steps"), m.get("queue"), m.get("ver")
         if not isinstance(workflow, str) or not isinstance(started, int):
             raise ValueError("bad workflow name or start time")
         if not isinstance(attrs, dict) or not all(
@@ -140,11 +145,13 @@ def decode_entry(run_id: str, data: bytes) -> IndexEntry:
             raise ValueError("bad seq or steps")
         if not (queue is None or isinstance(queue, str)):
             raise ValueError("bad queue")
+        if not (version is None or isinstance(version, str)):
+            raise ValueError("bad version")
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
         raise CorruptEngineRecord(
             f"the run index entry of run {run_id!r}", str(e) or type(e).__name__
         ) from None
-    return IndexEntry(run_id, workflow, started, attrs, seq, steps, queue)
+    return IndexEntry(run_id, workflow, started, attrs, seq, steps, queue, version)
 
 
 def index_records(entry: IndexEntry) -> dict[bytes, bytes]:

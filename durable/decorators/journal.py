@@ -17,8 +17,8 @@ absent fields take their defaults, unknown ones are ignored):
 
 | field | meaning |
 |---|---|
-| ``name`` | the step's name; ``durable.sleep``; ``durable.wait_for_signal``; a child's workflow |
-| ``kind`` | ``step``, ``start`` (an at-most-once step began), ``sleep``, ``signal``, ``child`` |
+| ``name`` | a step; ``durable.sleep``; ``durable.wait_for_signal``; a child's workflow; a patch |
+| ``kind`` | ``step``, ``start`` (began), ``sleep``, ``signal``, ``child``, ``patch`` |
 | ``ok`` / ``err`` | the encoded result / exception (codec bytes), once there is one |
 | ``time`` | ms: when written; a sleep's wake-up time; a signal wait's deadline |
 | ``key`` | a signal wait's correlation key; a child's run id |
@@ -26,6 +26,13 @@ absent fields take their defaults, unknown ones are ignored):
 | ``ref`` | ``ok``/``err`` are in the run memo (values over `INLINE_MAX`) |
 | ``started`` | ms: when a step's first attempt began (0: not recorded) |
 | ``attempts`` | how many attempts a step took (0: not recorded) |
+
+A ``patch`` entry is the marker ``durable.patched(id)`` records when a run
+reaches it under code that has the patch (`durable.decorators.patching`):
+it takes a position like a step, but the other calls step over it (a
+marker whose ``patched()`` call was deleted from the code does not shift
+them). A ``patch`` entry is written with format version 2 (older readers
+refuse it by version, naming it); the other kinds still write version 1.
 
 Values larger than `INLINE_MAX` bytes go to the run memo first (one object
 write) and the entry keeps a reference. An entry that cannot be decoded
@@ -51,6 +58,7 @@ __all__ = [
     "CHILD",
     "INLINE_MAX",
     "JOURNAL_VERSION",
+    "PATCH",
     "SIGNAL",
     "SLEEP",
     "START",
@@ -69,10 +77,13 @@ START = "start"
 SLEEP = "sleep"
 SIGNAL = "signal"
 CHILD = "child"
-_KINDS = frozenset({STEP, START, SLEEP, SIGNAL, CHILD})
+PATCH = "patch"
+_KINDS = frozenset({STEP, START, SLEEP, SIGNAL, CHILD, PATCH})
 
-#: The format version of journal entries.
-JOURNAL_VERSION = 1
+#: The format version of journal entries (the newest this durable reads).
+JOURNAL_VERSION = 2
+#: The version of entries of every kind but ``patch`` (readable by older durables).
+_BASE_VERSION = 1
 #: Results and errors up to this many bytes stay in the KV entry.
 INLINE_MAX = 64 * 1024
 
@@ -111,6 +122,8 @@ class Entry:
 
     def describe(self) -> str:
         """The call this entry records, for non-determinism errors."""
+        if self.kind == PATCH:
+            return f"durable.patched({self.name!r})"
         return self.name if self.kind in (STEP, START) else f"{self.kind} {self.name}"
 
     def replace(self, **changes: Any) -> Entry:
@@ -120,7 +133,8 @@ class Entry:
 
 def encode_entry(entry: Entry) -> bytes:
     """The stored bytes of ``entry``."""
-    m: dict[str, Any] = {"v": JOURNAL_VERSION, "name": entry.name, "kind": entry.kind}
+    version = JOURNAL_VERSION if entry.kind == PATCH else _BASE_VERSION
+    m: dict[str, Any] = {"v": version, "name": entry.name, "kind": entry.kind}
     if entry.ok is not None:
         m["ok"] = entry.ok
     if entry.err is not None:
@@ -198,6 +212,7 @@ class Journal:
         self.run_id = run_id
         self._entries = entries
         self._staged: dict[bytes, bytes] = {}
+        self._last = max(entries, default=-1)
 
     @classmethod
     def load(cls, kv: KvNamespace, memo: Memo, run_id: str) -> Journal:
@@ -226,6 +241,11 @@ class Journal:
 
     def __len__(self) -> int:
         return len(self._entries)
+
+    @property
+    def last_position(self) -> int:
+        """The highest position with an entry (-1: none)."""
+        return self._last
 
     def entries(self) -> list[tuple[int, Entry]]:
         """Every entry, by position."""
@@ -260,7 +280,22 @@ class Journal:
         self._staged.clear()
         await kv.commit(batch)
         self._entries[position] = stored
+        self._last = max(self._last, position)
         return stored
+
+    def mark(self, position: int, entry: Entry) -> None:
+        """Journal the small ``entry`` (a patch marker) at ``position`` in a
+        commit made now, without waiting for it to be durable: the store
+        applies commits in order, so it is durable before anything this run
+        journals later (and, if the process dies first, nothing later is).
+        Raises what the commit raises at once (a stopped writer)."""
+        if entry.ok is not None or entry.err is not None:
+            raise ValueError("only an entry with no value is marked")
+        kv = self._kv
+        batch = kv.stage_put(WriteBatch(), entry_key(self.run_id, position), encode_entry(entry))
+        kv.commit(batch)  # fire and forget: later commits are ordered after it
+        self._entries[position] = entry
+        self._last = max(self._last, position)
 
     async def values(self, position: int, entry: Entry) -> tuple[bytes | None, bytes | None]:
         """``(ok, err)`` of ``entry``, read from the run memo if it was offloaded."""

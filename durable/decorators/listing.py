@@ -11,7 +11,8 @@ if page.cursor is not None:
 
 Runs come from the run index (`durable.decorators.index`) in the store's
 memory, newest first (by start time, then run id). Every filter given must
-hold: ``state`` and ``workflow`` take one value or a collection of them;
+hold: ``state``, ``workflow`` and ``version`` (the workflow's version,
+`durable.decorators.versions`) take one value or a collection of them;
 ``started_after <= started < started_before`` (epoch ms or an aware
 datetime; these bound the scan of the index); ``attributes`` matches
 exactly on every pair given. A page holds at most ``limit`` runs;
@@ -87,6 +88,8 @@ class RunSummary:
     attributes: Mapping[str, str] = field(default_factory=dict)
     #: A cancellation was asked and the run has not terminated yet.
     cancel_requested: bool = False
+    #: The workflow's version in the code that started the run (None: not recorded).
+    version: str | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready data (times in ISO 8601, ``state`` its
@@ -111,6 +114,7 @@ class RunSummary:
             "error": self.error,
             "attributes": dict(self.attributes),
             "cancel_requested": self.cancel_requested,
+            "version": self.version,
         }
 
 
@@ -154,6 +158,7 @@ class RunFilter:
     started_after_ms: int | None = None
     started_before_ms: int | None = None
     attributes: Mapping[str, str] = field(default_factory=dict)
+    versions: frozenset[str] | None = None
 
     @classmethod
     def of(
@@ -164,6 +169,7 @@ class RunFilter:
         started_after: object = None,
         started_before: object = None,
         attributes: object = None,
+        version: object = None,
     ) -> RunFilter:
         """The filter of ``engine.runs()``'s keyword arguments."""
         states = _names(state, "state")
@@ -184,11 +190,14 @@ class RunFilter:
             _ms(started_after, "started_after"),
             _ms(started_before, "started_before"),
             dict(attributes or {}),
+            _names(version, "version"),
         )
 
     def admits(self, entry: IndexEntry) -> bool:
         """Whether the index entry passes every filter but the state."""
         if self.workflows is not None and entry.workflow not in self.workflows:
+            return False
+        if self.versions is not None and entry.version not in self.versions:
             return False
         return all(entry.attributes.get(k) == v for k, v in self.attributes.items())
 
@@ -235,6 +244,7 @@ async def summarize(engine: EngineBase, entry: IndexEntry) -> RunSummary | None:
             error_type=error_type,
             error=error,
             attributes=entry.attributes,
+            version=entry.version,
         )
     record = runtime.view.run_record(run_id)
     pointer = runtime.view.pointer(run_id)
@@ -259,6 +269,7 @@ async def summarize(engine: EngineBase, entry: IndexEntry) -> RunSummary | None:
         waiting=waiting,
         attributes=entry.attributes,
         cancel_requested=record is not None and record.cancel_requested,
+        version=entry.version,
     )
 
 

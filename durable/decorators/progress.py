@@ -53,7 +53,7 @@ from typing import TYPE_CHECKING
 
 import msgpack
 
-from durable.decorators.journal import SLEEP, Journal
+from durable.decorators.journal import PATCH, SLEEP, Journal
 from durable.engine._checks import U32_MAX
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord, RunStalled
@@ -180,7 +180,9 @@ def stalled_at(journal: Journal) -> tuple[int, str]:
     """Where a run's journal stands: the first position without an outcome,
     and what is known of it (for `RunStalled`)."""
     position = 0
-    while (entry := journal.get(position)) is not None and (entry.resolved or entry.kind == SLEEP):
+    while (entry := journal.get(position)) is not None and (
+        entry.resolved or entry.kind in (SLEEP, PATCH)
+    ):
         position += 1
     entry = journal.get(position)
     if entry is not None:

@@ -141,6 +141,8 @@ class WorkflowDefinition:
     name: str
     fn: Callable[..., Any]
     queue: str
+    #: The code's version, recorded with each run it starts (`durable.decorators.versions`).
+    version: str | None = None
 
 
 class WorkflowRegistry:

@@ -124,6 +124,9 @@ class WorkflowStatus:
     cancel_requested: bool = False
     #: The run's attributes (``.options(attributes=)``, ``durable.set_attributes``).
     attributes: Mapping[str, str] = field(default_factory=dict)
+    #: The workflow's version in the code that started the run
+    #: (`durable.decorators.versions`); None if not recorded.
+    version: str | None = None
 
     @property
     def terminated(self) -> bool:
@@ -150,7 +153,9 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
         )
     steps = kv.count(journal_prefix(run_id))
     found = find_entry(kv, run_id)
-    attributes = {} if found is None else dict(decode_entry(run_id, found[1]).attributes)
+    indexed = None if found is None else decode_entry(run_id, found[1])
+    attributes = {} if indexed is None else dict(indexed.attributes)
+    version = None if indexed is None else indexed.version
     if isinstance(status.state, Terminated):
         termination = status.state.termination
         state = _ENDS[termination.status]
@@ -171,6 +176,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
             error_type=error_type,
             error=error,
             attributes=attributes,
+            version=version,
         )
     record = view.run_record(run_id)
     pointer = view.pointer(run_id)
@@ -195,6 +201,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
         waiting=waiting,
         cancel_requested=cancel_requested,
         attributes=attributes,
+        version=version,
     )
 
 

@@ -9,7 +9,8 @@ with the same arguments returns that run (nothing runs again); with other
 arguments it raises `InputMismatch`.
 
 The same commit indexes the run (`durable.decorators.index`): its
-workflow's name, start time and ``attributes``.
+workflow's name, version (`durable.decorators.versions`), start time and
+``attributes``.
 
 The queue never ends a run by its attempts (`QUEUE_ATTEMPTS`): a crash of
 a progressing run costs it nothing, and a poison run is failed by the
@@ -80,7 +81,14 @@ async def submit_run(
     internal = await invocation_record(runtime.memos, run_id, payload)
     internal.update(records or {})
     queue = None if definition.queue == DEFAULT_QUEUE else definition.queue
-    entry = IndexEntry(run_id, definition.name, engine.clock.now_ms(), checked, queue=queue)
+    entry = IndexEntry(
+        run_id,
+        definition.name,
+        engine.clock.now_ms(),
+        checked,
+        queue=queue,
+        version=definition.version,
+    )
     internal.update(index_records(entry))
     outcome = await runtime.submit(
         RunSpec(payload, run_id=run_id, options=options), internal=internal, once=True

@@ -41,8 +41,10 @@ from durable.decorators.registry import (
     check_async,
     default_name,
 )
+from durable.decorators.schedules import declare_schedule
 from durable.decorators.submit import submit_run
 from durable.decorators.typed import from_plain, return_hint
+from durable.decorators.versions import check_version, code_version
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, validate_run_id
 from durable.errors import DecoratorError
@@ -111,10 +113,17 @@ class WorkflowStarter(Generic[P, R]):
 class Workflow(Generic[P, R]):
     """A ``@workflow`` function; see the module docstring."""
 
-    def __init__(self, fn: Callable[P, Coroutine[Any, Any, R]], *, name: str, queue: str) -> None:
+    def __init__(
+        self,
+        fn: Callable[P, Coroutine[Any, Any, R]],
+        *,
+        name: str,
+        queue: str,
+        version: str | None = None,
+    ) -> None:
         self.fn = fn
-        #: Name, function and queue, as registered.
-        self.definition = WorkflowDefinition(name, fn, queue)
+        #: Name, function, queue and version, as registered.
+        self.definition = WorkflowDefinition(name, fn, queue, version or code_version(fn))
         functools.update_wrapper(self, fn)
 
     @property
@@ -126,6 +135,13 @@ class Workflow(Generic[P, R]):
     def queue(self) -> str:
         """The queue its runs execute on."""
         return self.definition.queue
+
+    @property
+    def version(self) -> str:
+        """The code's version, recorded with each run started here: the pinned
+        ``version=``, else derived from the function's code
+        (`durable.decorators.versions`)."""
+        return self.definition.version or ""
 
     def options(
         self,
@@ -194,7 +210,12 @@ def workflow(fn: Callable[P, Coroutine[Any, Any, R]], /) -> Workflow[P, R]: ...
 
 @overload
 def workflow(
-    *, name: str | None = None, queue: str | None = None
+    *,
+    name: str | None = None,
+    queue: str | None = None,
+    version: str | None = None,
+    schedule: str | None = None,
+    schedule_timezone: str = "UTC",
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
 
 
@@ -204,13 +225,23 @@ def workflow(
     *,
     name: str | None = None,
     queue: str | None = None,
+    version: str | None = None,
+    schedule: str | None = None,
+    schedule_timezone: str = "UTC",
 ) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
     """Make an async function a durable workflow.
 
     Bare (``@workflow``) or with options: ``name`` pins the durable name
     (default ``module.qualname``; keep it when you move or rename the
     function, or runs in flight cannot find it), ``queue`` runs it on a
-    queue of its own (with its own concurrency limit on the `Engine`).
+    queue of its own (with its own concurrency limit on the `Engine`),
+    ``version`` pins the version recorded with each run (default: derived
+    from the function's code; `durable.decorators.versions`).
+    ``schedule`` (a five-field cron expression, read in IANA zone
+    ``schedule_timezone``) starts a run, without arguments, at each fire
+    once an engine that knows the workflow owns the store
+    (`durable.decorators.schedules`; a bad expression or zone, or a
+    workflow that needs arguments, is refused here).
     A non-async function, or a name another workflow has, raises
     `DecoratorError` here, at decoration time.
     """
@@ -223,11 +254,15 @@ def workflow(
             validate_queue_name(queue)
         except ValueError as e:
             raise DecoratorError(f"@workflow(queue=...): {e}") from None
+    version = check_version(version)
 
     def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> Workflow[P, R]:
         check_async(f, "@workflow")
-        wf = Workflow(f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE)
+        wf = Workflow(
+            f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE, version=version
+        )
         REGISTRY.register(wf.definition)
+        declare_schedule(wf.definition, schedule, schedule_timezone)
         return wf
 
     if fn is not None:

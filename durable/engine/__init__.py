@@ -56,6 +56,7 @@ from durable.engine.outcomes import (
     Succeed,
     Trigger,
 )
+from durable.engine.progress import Progress
 from durable.engine.records import (
     ENGINE_RECORD_VERSION,
     GroupMembership,
@@ -166,6 +167,7 @@ __all__ = [
     "OnSignal",
     "OutputRecord",
     "Pending",
+    "Progress",
     "ReplyWatcher",
     "ReplyWatcherHandle",
     "RunEnd",

@@ -38,8 +38,6 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from croniter import CroniterBadDateError, CroniterError, croniter
-
 from durable._logging import get_logger
 from durable.engine._checks import U32_MAX, check_bytes, check_headers, check_int, check_str
 from durable.errors import DuplicateScheduleName, InvalidArgument, InvalidCronExpression
@@ -87,6 +85,8 @@ def validate_expression(name: str, expression: str) -> str:
                 raise InvalidCronExpression(
                     name, expression, f"the {_FIELDS[i]} field {text!r} is not POSIX cron syntax"
                 )
+    from croniter import CroniterError, croniter  # on first use: most processes never parse one
+
     try:
         croniter(expression)
     except CroniterError as e:
@@ -97,6 +97,8 @@ def validate_expression(name: str, expression: str) -> str:
 def next_fire_ms(expression: str, after_ms: int) -> int | None:
     """The first fire instant of ``expression`` strictly after ``after_ms``
     (epoch milliseconds, UTC); None if it never fires (``0 0 30 2 *``)."""
+    from croniter import CroniterBadDateError, croniter
+
     start = _dt.datetime.fromtimestamp(after_ms / 1000, tz=_dt.UTC)
     try:
         fire = croniter(expression, start).get_next(_dt.datetime)

@@ -19,7 +19,9 @@ those records:
   another member list raises `GroupMismatch` and writes nothing;
 - `results` streams each member's `MemberResult` as it terminates (already
   terminated ones at once), sleeping on the member records' KV watches;
-- `status` counts the members by state, `cancel` cancels the active ones,
+- `status` counts the members by state, `progress` too (telling running
+  and waiting members from pending ones) with a rate and an estimate of the
+  time remaining (`durable.engine.progress`), `cancel` cancels the active ones,
   `forget` removes everything the group left in the store.
 
 With ``RuntimeOptions.group_retention``, a `results` consumer that saw the
@@ -52,6 +54,13 @@ from typing import TYPE_CHECKING, TypeVar
 from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine._checks import check_bytes, check_str
+from durable.engine.progress import (
+    DEFAULT_WINDOW,
+    Progress,
+    ProgressSnapshot,
+    fold_members,
+    progress_updates,
+)
 from durable.engine.records import (
     GroupManifest,
     GroupMembership,
@@ -419,6 +428,57 @@ class RunGroup:
             succeeded=counts[TerminalStatus.SUCCEEDED],
             failed=counts[TerminalStatus.FAILED],
             cancelled=counts[TerminalStatus.CANCELLED],
+        )
+
+    # ------------------------------------------------------------ progress
+
+    async def progress(self, window: float = DEFAULT_WINDOW) -> Progress:
+        """The members counted by state (pending, running, waiting and the
+        terminations), the completion rate over the last ``window`` seconds
+        and the estimated time remaining (`durable.engine.progress`).
+
+        Reads the manifest (one object: the total and the start) and each
+        member's records from memory; `GroupNotFound` without a manifest.
+        """
+        return (await self._progress_snapshot(await self.manifest(), window)).progress
+
+    async def progress_updates(
+        self, *, interval: float = 1.0, window: float = DEFAULT_WINDOW
+    ) -> AsyncIterator[Progress]:
+        """`progress` at once, then after each change (a member's record or
+        step pointer rewritten), and at least every ``interval`` seconds of
+        the runtime's clock, until every member terminated
+        (`durable.engine.progress.progress_updates`). The manifest is read
+        once."""
+        manifest = await self.manifest()
+
+        async def measure(poll: bool) -> ProgressSnapshot:
+            if poll:
+                for runtime in {id(r): r for r in self._member_runtimes(manifest)}.values():
+                    await runtime.catch_up("")
+            return await self._progress_snapshot(manifest, window, watch=True)
+
+        async for p in progress_updates(measure, self._rt.clock, interval=interval):
+            yield p
+
+    def _member_runtimes(self, manifest: GroupManifest) -> list[WorkflowRuntime]:
+        return [self.runtime_of(self.run_id(key)) for key, _ in manifest.members]
+
+    async def _progress_snapshot(
+        self, manifest: GroupManifest, window: float, *, watch: bool = False
+    ) -> ProgressSnapshot:
+        members = []
+        for key, _ in manifest.members:
+            runtime = self.runtime_of(self.run_id(key))
+            members.append((runtime.queue, key, self.member_record(key)))
+        return fold_members(
+            members,
+            self.group_id,
+            self._rt.clock.now_ms(),
+            window=window,
+            total=len(manifest.members),
+            started_ms=manifest.created_at_ms,
+            watch=watch,
         )
 
     # ------------------------------------------------------------ changing

@@ -3,6 +3,12 @@
 `SystemClock` is the wall clock. `MockClock` is moved by hand with
 `MockClock.advance`, which also wakes the background loops sleeping on it,
 so leases, schedules, backoff and retention move together in tests.
+
+A `MockClock` also *fails fast*: ``handle.result()`` on a run that waits for
+a time of this clock (a ``durable.sleep``, a signal wait's timeout) raises
+`ClockNotAdvanced` once the clock has not moved for ``stall_after`` seconds
+of real time while the run waited (`durable.decorators.stall`), instead of
+hanging until the test's timeout.
 """
 
 from __future__ import annotations
@@ -50,13 +56,24 @@ class MockClock:
     ``sleep`` suspends until `advance` moves time past the sleeper's
     deadline. `wait_for_sleepers` lets a test wait until background tasks
     are parked on the clock, instead of sleeping on the wall clock.
+
+    ``stall_after``: seconds of real time after which ``handle.result()`` on
+    a run waiting for a time of this clock, which nothing advances, raises
+    `ClockNotAdvanced` (None: wait without that check).
     """
 
-    def __init__(self, start_ms: int = 1_700_000_000_000) -> None:
+    def __init__(
+        self, start_ms: int = 1_700_000_000_000, *, stall_after: float | None = 5.0
+    ) -> None:
+        if stall_after is not None and not stall_after > 0:
+            raise ValueError(f"stall_after must be positive seconds or None, got {stall_after!r}")
         self._now = int(start_ms)
         self._sleepers: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
         self._changed: asyncio.Event | None = None
+        self._moved: asyncio.Event | None = None
+        #: Real seconds a run may wait on this clock, unadvanced, in ``result()``.
+        self.stall_after = stall_after
 
     def now_ms(self) -> int:
         """The mock time in milliseconds."""
@@ -66,6 +83,9 @@ class MockClock:
         """Move the clock to ``now_ms`` (never backwards) and wake due sleepers."""
         if now_ms < self._now:
             raise ValueError(f"MockClock cannot go backwards ({now_ms} < {self._now})")
+        if now_ms > self._now and self._moved is not None:
+            self._moved.set()
+            self._moved = None
         self._now = int(now_ms)
         self._wake()
 
@@ -97,6 +117,17 @@ class MockClock:
             if self._changed is None:
                 self._changed = asyncio.Event()
             await self._changed.wait()
+
+    async def wait_moved(self) -> None:
+        """Wait until the clock next moves forward (`set`, `advance`)."""
+        if self._moved is None:
+            self._moved = asyncio.Event()
+        await self._moved.wait()
+
+    def next_deadline(self) -> int | None:
+        """The earliest deadline (ms) of the tasks sleeping on this clock, or None."""
+        live = [d for d, _, f in self._sleepers if not f.done()]
+        return min(live) if live else None
 
     def _notify(self) -> None:
         if self._changed is not None:

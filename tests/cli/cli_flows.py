@@ -3,6 +3,8 @@ module with ``--import cli_flows`` to fork their runs)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import durable
 
 
@@ -39,3 +41,18 @@ async def waits(key: str) -> str:
     await double(1)
     value = await durable.wait_for_signal(key)
     return f"got {value}"
+
+
+GATES: dict[str, asyncio.Event] = {}
+
+
+@durable.job(name="cli.gated", max_attempts=1)
+async def gated(key: str) -> str:
+    """A job that ends when ``GATES[key]`` is set (at once for a key without one);
+    a key starting with ``fail`` raises."""
+    gate = GATES.get(key)
+    if gate is not None:
+        await gate.wait()
+    if key.startswith("fail"):
+        raise ValueError(f"bad item {key}")
+    return key.upper()

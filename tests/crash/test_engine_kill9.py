@@ -20,11 +20,10 @@ import asyncio
 import os
 import random
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
+import procs
 import pytest
 from engine_child import OPTIONS, STEPS, LoggingRunner, expected_result, spec
 
@@ -48,7 +47,7 @@ def read_log(log: Path) -> list[list[str]]:
 def run_and_kill(where: StoreLocation, log: Path, rng: random.Random) -> None:
     """Start a worker process, let it run a random while, kill -9 it."""
     before = len(read_log(log))
-    proc = subprocess.Popen([sys.executable, CHILD, *where.argv(), str(log)])
+    proc = procs.spawn([CHILD, *where.argv(), str(log)])
     if rng.random() < 0.2:  # any moment, start-up and store open included
         time.sleep(rng.uniform(0.0, 0.6))
     else:  # right after the child started its n-th step (likely mid-step)

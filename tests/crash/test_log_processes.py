@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
+import procs
 import pytest
 
 from durable.store.log import LogReader, LogWriter
@@ -19,23 +18,18 @@ CHILD = str(Path(__file__).with_name("log_child.py"))
 pytestmark = pytest.mark.slow
 
 
-def spawn(*args: str) -> subprocess.Popen[str]:
-    return subprocess.Popen(
-        [sys.executable, CHILD, *args],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
+def spawn(*args: str) -> procs.Child:
+    return procs.spawn([CHILD, *args], stdin=procs.PIPE, stdout=procs.PIPE, text=True)
 
 
-def reap(proc: subprocess.Popen[str]) -> None:
+def reap(proc: procs.Child) -> None:
     proc.wait(timeout=30)
     for f in (proc.stdin, proc.stdout):
         if f is not None:
             f.close()
 
 
-def read_acks_until(proc: subprocess.Popen[str], count: int) -> list[int]:
+def read_acks_until(proc: procs.Child, count: int) -> list[int]:
     assert proc.stdout is not None
     acks = []
     while len(acks) < count:

@@ -18,10 +18,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
+import procs
 import pytest
 
 import durable
@@ -46,13 +46,13 @@ def events(log: Path, kind: str, run_id: str) -> list[int]:
 
 
 def child(store: Path, log: Path, *args: str) -> list[str]:
-    return [sys.executable, CHILD, str(store), str(log), *args]
+    return [CHILD, str(store), str(log), *args]
 
 
 def kill_once_past(store: Path, log: Path, run_id: str, highest: int) -> int:
     """Run the long workflow in a child; SIGKILL it as soon as a step after
     ``highest`` begins; that step's position."""
-    proc = subprocess.Popen(child(store, log, "long", run_id, str(STEPS)))
+    proc = procs.spawn(child(store, log, "long", run_id, str(STEPS)))
     try:
         deadline = time.monotonic() + 60
         while True:
@@ -69,7 +69,7 @@ def kill_once_past(store: Path, log: Path, run_id: str, highest: int) -> int:
 
 
 def finish(command: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, timeout=180, check=False)
+    return procs.run(command, capture_output=True, text=True, timeout=180)
 
 
 async def test_a_progressing_run_survives_more_kills_than_any_attempt_limit(

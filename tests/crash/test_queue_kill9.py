@@ -5,10 +5,9 @@ from __future__ import annotations
 import os
 import random
 import signal
-import subprocess
-import sys
 from pathlib import Path
 
+import procs
 import pytest
 from queue_child import CONFIG, QUEUE, payload_of
 
@@ -19,7 +18,7 @@ CHILD = str(Path(__file__).with_name("queue_child.py"))
 pytestmark = pytest.mark.slow
 
 
-def read_events(proc: subprocess.Popen[str], count: int) -> list[tuple[str, ...]]:
+def read_events(proc: procs.Child, count: int) -> list[tuple[str, ...]]:
     assert proc.stdout is not None
     events = []
     while len(events) < count:
@@ -46,9 +45,7 @@ async def run_and_kill(where: StoreLocation, tag: str, lines: int) -> list[tuple
     far; the child must go on working afterwards (readers never fence).
     """
     # Blocking reads of the child's pipe are fine: this loop runs nothing else.
-    proc = subprocess.Popen(  # noqa: ASYNC220
-        [sys.executable, CHILD, *where.argv(), tag], stdout=subprocess.PIPE, text=True
-    )
+    proc = procs.spawn([CHILD, *where.argv(), tag], stdout=procs.PIPE, text=True)
     assert proc.stdout is not None
     events = read_events(proc, lines // 2)
     await check_reader_sees(where, {e[1] for e in events if e[0] == "E"})

@@ -52,6 +52,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))  # as a script: the workload beside it
 
+import procs
 import torture_workload as w
 
 from durable.decorators.archive import ARCHIVE_KEY, _decode
@@ -172,9 +173,9 @@ class Signals:
 
 
 def _spawn(where: StoreLocation, workdir: Path, cycle: int, kills: int, mode: str) -> Any:
-    argv = [sys.executable, CHILD, *where.argv(), str(workdir), str(cycle), str(kills), mode]
+    argv = [CHILD, *where.argv(), str(workdir), str(cycle), str(kills), mode]
     with open(workdir / "err.log", "ab") as err:
-        return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err)
+        return procs.spawn(argv, stdout=procs.DEVNULL, stderr=err)
 
 
 def _kill(proc: Any) -> None:

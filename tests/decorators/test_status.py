@@ -175,15 +175,17 @@ async def test_pending_a_run_that_starts_later_or_that_no_worker_here_runs(
     async with running(make_objects, clock) as engine:
         later = await blocked.options(run_at=at).start("later")
         assert await later.status() == WorkflowStatus(
-            later.run_id, "status.blocked", WorkflowState.PENDING, 0
+            later.run_id, "status.blocked", WorkflowState.PENDING, 0, version=blocked.version
         )
     async with running(make_objects, clock, concurrency={"workflows": 0}) as engine:
         queued = await sleeper.start()
         assert await status_of(engine, later.run_id) == WorkflowStatus(
-            later.run_id, "status.blocked", WorkflowState.PENDING, 0
+            later.run_id, "status.blocked", WorkflowState.PENDING, 0, version=blocked.version
         )
         status = await queued.status()
-        assert status == WorkflowStatus(queued.run_id, "status.sleeper", WorkflowState.PENDING, 0)
+        assert status == WorkflowStatus(
+            queued.run_id, "status.sleeper", WorkflowState.PENDING, 0, version=sleeper.version
+        )
         assert status.state == "pending"  # a plain str enum
         assert not status.terminated
     async with running(make_objects, clock, concurrency={"workflows": 0}) as engine:
@@ -211,7 +213,9 @@ async def test_pending_after_a_delivery_was_cut_short_with_its_journal(
         await asyncio.wait_for(closing, LIMIT)
     async with running(make_objects, clock, concurrency={"workflows": 0}) as engine:
         status = await status_of(engine, handle.run_id)
-        assert status == WorkflowStatus(handle.run_id, "status.longer", WorkflowState.PENDING, 1)
+        assert status == WorkflowStatus(
+            handle.run_id, "status.longer", WorkflowState.PENDING, 1, version=longer.version
+        )
 
 
 # ------------------------------------------------------------------ RUNNING
@@ -222,7 +226,12 @@ async def test_running_names_the_step_in_flight(make_objects: Factory, clock: Mo
         handle = await blocked.start("run")
         await entered("run")
         expected = WorkflowStatus(
-            handle.run_id, "status.blocked", WorkflowState.RUNNING, 2, "status.block"
+            handle.run_id,
+            "status.blocked",
+            WorkflowState.RUNNING,
+            2,
+            "status.block",
+            version=blocked.version,
         )
         assert await handle.status() == expected
         assert await status_of(engine, handle.run_id) == expected
@@ -341,7 +350,9 @@ async def test_terminated_runs_with_their_error(make_objects: Factory, clock: Mo
         await wait_parked(engine, ask.run_id)
         assert await ask.cancel()
         done = {
-            ok.run_id: WorkflowStatus(ok.run_id, "status.blocked", WorkflowState.SUCCEEDED, 3),
+            ok.run_id: WorkflowStatus(
+                ok.run_id, "status.blocked", WorkflowState.SUCCEEDED, 3, version=blocked.version
+            ),
             bad.run_id: WorkflowStatus(
                 bad.run_id,
                 "status.fails",
@@ -349,6 +360,7 @@ async def test_terminated_runs_with_their_error(make_objects: Factory, clock: Mo
                 1,
                 error_type="LookupError",
                 error="no such order",
+                version=fails.version,
             ),
         }
         for run_id, expected in done.items():
@@ -392,7 +404,7 @@ async def test_an_archived_run_keeps_its_status(
         await archived(engine, handle.run_id)
         assert kv_count(engine, b"workflow/journal/") == 0
         assert await handle.status() == WorkflowStatus(
-            handle.run_id, "status.blocked", WorkflowState.SUCCEEDED, 3
+            handle.run_id, "status.blocked", WorkflowState.SUCCEEDED, 3, version=blocked.version
         )
 
 

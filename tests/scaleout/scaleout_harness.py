@@ -15,13 +15,13 @@ import contextlib
 import os
 import signal
 import subprocess
-import sys
 import time
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+import procs
 import scaleout_app as app
 
 from durable.cluster.assignment import AssignmentChain, Table
@@ -66,7 +66,7 @@ def location(backend: str, tmp_path: Path) -> StoreLocation:
 class Proc:
     """A child process of a `Cluster`."""
 
-    def __init__(self, popen: subprocess.Popen[str], what: str) -> None:
+    def __init__(self, popen: procs.Child, what: str) -> None:
         self.popen = popen
         self.what = what
 
@@ -111,7 +111,7 @@ class Cluster:
 
     def _spawn(self, argv: list[str], what: str, **kwargs: Any) -> Proc:
         with open(self.errors, "ab") as err:
-            popen = subprocess.Popen([sys.executable, *argv], stderr=err, text=True, **kwargs)
+            popen = procs.spawn(argv, stderr=err, text=True, **kwargs)
         proc = Proc(popen, what)
         self.procs.append(proc)
         return proc
@@ -140,7 +140,7 @@ class Cluster:
         proc = self._spawn(
             [WORKER, *self.where.argv(), str(self.side), str(ttl), str(heartbeat), *flags],
             "worker",
-            stdout=subprocess.DEVNULL,
+            stdout=procs.DEVNULL,
         )
         if wait:
             self.joined(proc)
@@ -156,8 +156,8 @@ class Cluster:
         proc = self._spawn(
             [CLIENT, *self.where.argv(), str(self.side), scenario, *map(str, args)],
             f"client {scenario}",
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
+            stdin=procs.PIPE,
+            stdout=procs.PIPE,
         )
         assert proc.popen.stdout is not None
         ready = proc.popen.stdout.readline()

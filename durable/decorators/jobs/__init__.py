@@ -3,7 +3,8 @@
 A ``@job`` function is submitted (``await fn.submit(...)`` -> `JobHandle`),
 deduplicated by idempotency key (``fn.options(idempotency_key=...)``) and
 mapped over many items as a job group (``await fn.map(items)``,
-``fn.map_as_completed(items)``). Each call is a one-step run of the
+``fn.map_as_completed(items)``, ``await fn.submit_map(items)`` -> `MapHandle`
+with its progress). Each call is a one-step run of the
 engine's jobs runtime (`durable.engine.jobs`), so it is durable when
 ``submit`` returns, retried by the queue, and its result or exception is
 read back from the store, after a restart too.
@@ -19,9 +20,10 @@ Importing this package gives every `Engine` created afterwards its
 
 from durable.decorators.jobs.function import JobFunction, JobSubmitter, job
 from durable.decorators.jobs.handle import JobHandle
+from durable.decorators.jobs.mapping import MapHandle
 from durable.decorators.jobs.service import JobsService
 from durable.decorators.services import register_default_service
 
-__all__ = ["JobFunction", "JobHandle", "JobSubmitter", "job"]
+__all__ = ["JobFunction", "JobHandle", "JobSubmitter", "MapHandle", "job"]
 
 register_default_service(JobsService)

@@ -14,6 +14,8 @@ async with Engine(...):
     await send_email.options(idempotency_key="welcome-42").submit("a@b.c", "hi")
     results = await send_email.map([("a@b.c", "hi"), ("c@d.e", "yo")])
     async for index, result in send_email.map_as_completed(items): ...
+    mapped = await send_email.submit_map(items)             # a MapHandle, at once
+    print(await mapped.progress()); results = await mapped.results()
 ```
 
 - ``await fn.submit(*args, **kwargs)`` submits one job and returns its
@@ -54,7 +56,7 @@ from durable.decorators.jobs.calls import (
 )
 from durable.decorators.jobs.handle import JobHandle
 from durable.decorators.jobs.kind import FunctionJob, JobSettings, make_job_type
-from durable.decorators.jobs.mapping import MappedJobs, group_id_for_key
+from durable.decorators.jobs.mapping import MapHandle, MappedJobs, group_id_for_key
 from durable.decorators.jobs.registry import JOBS
 from durable.decorators.jobs.service import check_job_queue, runner_for
 from durable.decorators.registry import check_callable, default_name
@@ -223,6 +225,17 @@ class JobSubmitter(Generic[P, R]):
             return []
         return await mapped.gather(return_exceptions)
 
+    async def submit_map(
+        self, items: Iterable[Any], *, keys: Iterable[str] | None = None
+    ) -> MapHandle:
+        """Submit one job per item, as `map` does, and return at once: a
+        `MapHandle` to follow the group's progress and gather the results.
+        At least one item (`InvalidArgument`)."""
+        mapped = await self._map(items, keys)
+        if mapped is None:
+            raise InvalidArgument(f"job {self.function.name!r}: submit_map needs at least one item")
+        return MapHandle(mapped, self.function.name)
+
     async def map_as_completed(
         self,
         items: Iterable[Any],
@@ -320,6 +333,12 @@ class JobFunction(Generic[P, R]):
     ) -> list[Any]:
         """One job per item; their results in item order (see `JobSubmitter.map`)."""
         return await self.options().map(items, keys=keys, return_exceptions=return_exceptions)
+
+    def submit_map(
+        self, items: Iterable[Any], *, keys: Iterable[str] | None = None
+    ) -> Coroutine[Any, Any, MapHandle]:
+        """Submit one job per item; a `MapHandle` (see `JobSubmitter.submit_map`)."""
+        return self.options().submit_map(items, keys=keys)
 
     def map_as_completed(
         self,

@@ -16,6 +16,11 @@ On a partitioned store the members spread over the partitions by their own
 ids (each runs, and keeps its member record, in its own partition); the
 group's manifest is in the group id's partition, and the results are
 gathered from every partition the members are in.
+
+``fn.submit_map(items)`` returns a `MapHandle` at once (the members are
+submitted, nothing is awaited): its ``group_id``, its `MapHandle.progress`
+and `MapHandle.progress_updates` (`durable.engine.progress`), and its
+results when wanted.
 """
 
 from __future__ import annotations
@@ -30,10 +35,11 @@ from durable.decorators.jobs.handle import read_job
 from durable.decorators.jobs.kind import FunctionJob
 from durable.decorators.typed import return_hint
 from durable.engine.jobs import JobGroup, JobRunner
+from durable.engine.progress import DEFAULT_WINDOW, Progress
 from durable.engine.runs import RunEnd
 from durable.engine.runtime import WorkflowRuntime
 
-__all__ = ["MappedJobs", "group_id_for_key"]
+__all__ = ["MapHandle", "MappedJobs", "group_id_for_key"]
 
 
 def group_id_for_key(name: str, idempotency_key: str) -> str:
@@ -93,3 +99,51 @@ class MappedJobs:
         async for index, value in self.completed(return_exceptions):
             results[index] = value
         return results
+
+
+class MapHandle:
+    """A submitted ``map`` (``fn.submit_map(items)``): follow its progress,
+    then gather its results.
+
+    ``group_id`` names the job group (``engine.group_progress(group_id)`` and
+    ``durable group URL GROUP_ID`` follow it from another process).
+    """
+
+    __slots__ = ("_mapped", "name")
+
+    def __init__(self, mapped: MappedJobs, name: str) -> None:
+        self._mapped = mapped
+        #: The name of the ``@job`` function.
+        self.name = name
+
+    @property
+    def group_id(self) -> str:
+        """The id of the job group that holds the map's jobs."""
+        return self._mapped.group.run_group.group_id
+
+    def __len__(self) -> int:
+        return len(self._mapped.index_of)
+
+    def __repr__(self) -> str:
+        return f"MapHandle({self.name!r}, group_id={self.group_id!r}, items={len(self)})"
+
+    async def progress(self, window: float = DEFAULT_WINDOW) -> Progress:
+        """The jobs counted by state, the completion rate over the last
+        ``window`` seconds and the estimated time remaining
+        (`durable.engine.RunGroup.progress`)."""
+        return await self._mapped.group.run_group.progress(window)
+
+    def progress_updates(
+        self, *, interval: float = 1.0, window: float = DEFAULT_WINDOW
+    ) -> AsyncIterator[Progress]:
+        """`progress` at once, then after each change and at least every
+        ``interval`` seconds of the engine's clock, until every job ended."""
+        return self._mapped.group.run_group.progress_updates(interval=interval, window=window)
+
+    async def results(self, *, return_exceptions: bool = False) -> list[Any]:
+        """Every job's result in item order, as ``map`` returns them."""
+        return await self._mapped.gather(return_exceptions)
+
+    def as_completed(self, *, return_exceptions: bool = False) -> AsyncIterator[tuple[int, Any]]:
+        """``(index, result)`` of each job as it ends, as ``map_as_completed``."""
+        return self._mapped.completed(return_exceptions)

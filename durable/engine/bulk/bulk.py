@@ -34,6 +34,7 @@ from durable.engine.bulk.progress import BulkProgress, BulkReport, BulkTally
 from durable.engine.bulk.sinks import NullSink, Sink
 from durable.engine.groups import GroupMember, RunGroup
 from durable.engine.memo_codec import normalize_prefix
+from durable.engine.progress import DEFAULT_WINDOW, Progress
 from durable.engine.runs import TerminalStatus, default_memo_prefix
 from durable.engine.runtime import WorkerHandle, WorkflowRuntime
 from durable.errors import BulkFailureThreshold, InvalidArgument, StoreError
@@ -113,6 +114,20 @@ class Bulk:
     def progress(self) -> BulkProgress:
         """Where the current (or last) run is; all zeros before the first."""
         return self._tally.progress()
+
+    async def group_progress(self, window: float = DEFAULT_WINDOW) -> Progress:
+        """The current (or last) batch as every run group reports it: its items
+        counted by state (pending, running, waiting and the terminations),
+        the completion rate over the last ``window`` seconds and the time
+        remaining (`durable.engine.progress.Progress`, read from the member
+        records, as ``engine.group_progress(report.group_id)`` from any
+        process). Unlike `progress`, it counts every item of the batch, those
+        that succeeded in an earlier run too. `InvalidArgument` before the
+        first run."""
+        group_id = self._tally.group_id
+        if not group_id:
+            raise InvalidArgument("this Bulk has not run a batch yet: no progress to report")
+        return await self.group(group_id).progress(window)
 
     def _runtime_on(self, queue: Queue) -> WorkflowRuntime:
         return WorkflowRuntime(queue, self._runner, options=self.options.runtime_options())

@@ -26,8 +26,6 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-import yarl
-
 from durable.engine._checks import check_bytes, check_headers, check_str
 from durable.errors import InvalidArgument
 from durable.store.queue import EnqueueOptions, EnqueueRequest, EnqueueResult, Queue
@@ -68,6 +66,8 @@ def _check_url(url: str) -> str:
         raise InvalidArgument(f"webhook URL is missing (job header {HEADER_URL!r})")
     if any(c.isspace() for c in url):
         raise InvalidArgument(f"webhook URL {url!r} contains whitespace")
+    import yarl  # on first use: most processes never check a webhook URL
+
     try:
         parsed = yarl.URL(url)
     except ValueError as e:

@@ -6,15 +6,18 @@
 (connection refused, DNS, TLS, a protocol error, the timeout). Redirects are
 not followed: a 3xx is the receiver's answer. One `aiohttp.ClientSession`
 per transport, opened on first use and closed by `HttpTransport.aclose`.
+aiohttp is imported on first use too: most processes never send a webhook,
+and importing it costs a child process a fifth of a second.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import aiohttp
-from multidict import CIMultiDict
+if TYPE_CHECKING:
+    import aiohttp
 
 __all__ = ["PREVIEW_CHARS", "HttpReply", "HttpTransport", "TransportFailure"]
 
@@ -48,6 +51,8 @@ class HttpTransport:
         if self._closed:
             raise RuntimeError("the webhook transport is closed")
         if self._session is None:
+            import aiohttp
+
             self._session = aiohttp.ClientSession(headers={"User-Agent": self._user_agent})
         return self._session
 
@@ -60,6 +65,9 @@ class HttpTransport:
         timeout: float,  # noqa: ASYNC109
     ) -> HttpReply:
         """Send one request; `TransportFailure` if no response came back in ``timeout`` s."""
+        import aiohttp
+        from multidict import CIMultiDict
+
         session = self._open()
         try:
             async with session.request(
@@ -89,6 +97,8 @@ class HttpTransport:
 
 async def _preview(response: aiohttp.ClientResponse) -> str:
     """The first `PREVIEW_CHARS` characters of the body; "" if it cannot be read."""
+    import aiohttp
+
     chunks: list[bytes] = []
     size = 0
     try:
