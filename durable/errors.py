@@ -81,6 +81,7 @@ DurableError
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
+    │   └── TypeMismatch             a value does not fit its annotation or type=
     ├── CodecMismatch                an Engine's codec or keys cannot read the store's
     │                                payloads; it refuses to open
     └── UntrustedPayload             an unsigned or tampered pickle, refused
@@ -160,6 +161,7 @@ __all__ = [
     "StoreError",
     "StoreNotFound",
     "StoreNotInitialized",
+    "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
     "UnsupportedFormat",
@@ -1127,6 +1129,22 @@ class WorkflowFailed(WorkflowError):
 class CodecError(WorkflowError, TypeError):
     """A value cannot be encoded (or a stored one decoded) by the codec;
     the message names the value (which argument or result) and the fix."""
+
+
+class TypeMismatch(CodecError):
+    """A decoded value does not fit the type it is read as: the annotation
+    of a workflow's or job's parameter or result, of a step's result, or
+    the ``type=`` of ``wait_for_signal`` / ``handle.get``. ``what`` names
+    the value (the run, step or key), ``expected`` the type."""
+
+    def __init__(self, what: str, expected: str, detail: str) -> None:
+        self.what = what
+        self.expected = expected
+        self.detail = detail
+        super().__init__(f"{what} does not fit {expected}: {detail}")
+
+    def __reduce__(self) -> tuple[object, ...]:
+        return (type(self), (self.what, self.expected, self.detail))
 
 
 class CodecMismatch(WorkflowError):

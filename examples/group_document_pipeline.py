@@ -77,7 +77,8 @@ class DocumentPipeline:
 
         async def classify() -> str:
             self.stage_runs["classify"] += 1
-            return name.split("-")[0]
+            label: str = name.split("-")[0]
+            return label
 
         extracted = await step.memo.memoized("extract", extract)
         try:

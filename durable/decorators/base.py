@@ -33,6 +33,7 @@ if TYPE_CHECKING:
     from durable.decorators.runtimes import WorkflowQueues
     from durable.decorators.services import EngineService
     from durable.decorators.session import Role
+    from durable.decorators.threads import SyncThreads
     from durable.engine.access import RunQueue
     from durable.store.clock import Clock
     from durable.store.queue.worker import Slots
@@ -63,6 +64,8 @@ class EngineBase:
     replace_codec_record: bool
     #: The executors of step and job bodies by name (``"inline"`` is implicit).
     executors: dict[str, StepExecutor]
+    #: The thread pool of plain ``def`` step and job bodies (`durable.decorators.threads`).
+    threads: SyncThreads
 
     def __init__(self, concurrency: dict[str, int], services: list[EngineService]) -> None:
         self._concurrency = concurrency

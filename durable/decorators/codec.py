@@ -19,9 +19,12 @@ byte, then the payload.
   module, message, formatted traceback and, when it pickles, a nested
   ``p``/``s`` frame of the exception itself.
 
-Modes. ``"auto"`` pickles what is not plain; ``"msgpack"`` refuses it with
-`CodecError` when it is encoded (naming the value, the type and where it
-sits inside the value), and never unpickles.
+Modes. ``"auto"`` pickles what is not plain; ``"msgpack"`` stores
+dataclasses, Pydantic models, named tuples and enums as plain data
+(`durable.decorators.typed`: read back into their type from the
+annotations) and refuses any other value with `CodecError` when it is
+encoded (naming the value, the type and where it sits inside the value),
+and never unpickles.
 
 Signing. With a signing key every pickle is signed, and `Codec.loads`
 refuses an unsigned or tampered pickle with `UntrustedPayload` before
@@ -53,6 +56,7 @@ import cloudpickle  # type: ignore[import-untyped]
 import msgpack
 
 from durable._logging import get_logger
+from durable.decorators.typed import to_plain
 from durable.errors import CodecError, InvalidArgument, UntrustedPayload, WorkflowFailed
 
 __all__ = ["FORMAT_VERSION", "MAX_DEPTH", "Codec", "key_fingerprint"]
@@ -385,6 +389,13 @@ class Codec:
                     f"not encodable as MessagePack ({e})"
                 )
         if self._mode == "msgpack":
+            # Dataclasses, models, named tuples and enums as plain data
+            # (validated back into their type where they are read).
+            converted = to_plain(value)
+            remaining = _find_problem(converted, 0, check_text=True)
+            if remaining is None:
+                return bytes((FORMAT_VERSION, _MSGPACK)) + _pack(converted)
+            problem = remaining
             raise CodecError(
                 f"cannot encode {what} with codec='msgpack': {problem.describe()}; pass "
                 f"plain data ({_PLAIN_TYPES}) or use codec='auto', which pickles other values"

@@ -49,6 +49,7 @@ from durable.decorators.partitioned import PartitionedSession
 from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
 from durable.decorators.services import EngineService, default_services
 from durable.decorators.session import Role, StoreSession
+from durable.decorators.threads import DEFAULT_SYNC_THREADS, SyncThreads
 from durable.engine.signals import SignalOutcome
 from durable.errors import Fenced, InvalidArgument, InvalidStoreUrl, NoEngine, SelfFenced
 from durable.store.clock import Clock, SystemClock
@@ -202,6 +203,10 @@ class Engine(EngineBase):
     ``codec="msgpack"`` (bodies and arguments travel by pickle): refused
     here with `InvalidArgument`, as is a bad name or value.
 
+    ``sync_threads`` (default 16) is how many plain ``def`` step and job
+    bodies run at once, each in a thread of the engine's pool (the next
+    waits for a thread); see `durable.decorators.threads`.
+
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
     """
@@ -224,11 +229,14 @@ class Engine(EngineBase):
         replace_codec_record: bool = False,
         partitions: int | None = None,
         executors: Mapping[str, object] | None = None,
+        sync_threads: int = DEFAULT_SYNC_THREADS,
     ) -> None:
         if codec not in ("auto", "msgpack"):
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
         #: The executors of step and job bodies by name (`durable.decorators.executors`).
         self.executors = check_executors(executors)
+        #: The thread pool of plain ``def`` step and job bodies (`durable.decorators.threads`).
+        self.threads = SyncThreads(sync_threads)
         if codec == "msgpack" and self.executors:
             raise InvalidArgument(
                 f"codec='msgpack' refuses pickles, but executors {sorted(self.executors)} send "
@@ -742,6 +750,7 @@ class Engine(EngineBase):
             except Exception as e:
                 self._errors.append(e)
             self._session = None
+        self.threads.shutdown()
         if self._token is not None:
             reset_engine(self._token)
             self._token = None

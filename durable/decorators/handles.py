@@ -7,13 +7,14 @@ a restart. Everything it reports is read from the store.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Generic, TypeVar
+from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from durable.decorators.children import cancel_tree
 from durable.decorators.outcome import read_result
 from durable.decorators.published import wait_published
 from durable.decorators.stall import wait_or_stall
 from durable.decorators.status import WorkflowStatus, read_status
+from durable.decorators.typed import from_plain
 from durable.decorators.waiting import Waiting, wait_until_waiting
 from durable.engine.runs import validate_run_id
 from durable.errors import InputMismatch, RunNotFound
@@ -24,17 +25,27 @@ if TYPE_CHECKING:
 __all__ = ["WorkflowHandle"]
 
 R = TypeVar("R")
+T = TypeVar("T")
 
 
 class WorkflowHandle(Generic[R]):
     """A workflow run: wait for its result, read its status, cancel it."""
 
-    __slots__ = ("_engine", "_input_digest", "run_id")
+    __slots__ = ("_engine", "_input_digest", "result_type", "run_id")
 
     def __init__(
-        self, engine: EngineBase, run_id: str, *, input_digest: bytes | None = None
+        self,
+        engine: EngineBase,
+        run_id: str,
+        *,
+        input_digest: bytes | None = None,
+        result_type: Any = Any,
     ) -> None:
         self._engine = engine
+        #: The annotation the result is validated into (the workflow's return
+        #: annotation for a handle of ``wf.start`` or ``wf.handle``; Any for
+        #: ``engine.handle``; `durable.decorators.typed`).
+        self.result_type = result_type
         #: The run's id.
         self.run_id = validate_run_id(run_id)
         # The SHA-256 of the arguments this handle's `start` sent (None: a
@@ -66,16 +77,35 @@ class WorkflowHandle(Generic[R]):
             if digest is not None and digest != self._input_digest:
                 raise InputMismatch(self.run_id)
         result = await read_result(engine.codec, runtime, end, self.run_id)
-        value: R = result.value(engine.codec)
+        value: R = from_plain(
+            result.value(engine.codec), self.result_type, f"the result of run {self.run_id!r}"
+        )
         return value
 
-    async def get(self, key: str, timeout: float | None = None) -> Any:  # noqa: ASYNC109
+    @overload
+    async def get(self, key: str, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109
+    @overload
+    async def get(self, key: str, timeout: float | None = None, *, type: type[T]) -> T: ...  # noqa: ASYNC109
+    async def get(
+        self,
+        key: str,
+        timeout: float | None = None,  # noqa: ASYNC109
+        *,
+        type: Any = Any,
+    ) -> Any:
         """The latest value the run published under ``key`` (`durable.publish`);
         waits for the first one at most ``timeout`` seconds of the engine's
         clock (None: no limit), then raises `TimeoutError` naming the run and key.
         Once the run has terminated: its last value, or `NotPublished` if it
-        never published ``key``; `RunNotFound` for an unknown run."""
-        return await wait_published(self._engine, self.run_id, key, timeout)
+        never published ``key``; `RunNotFound` for an unknown run. With
+        ``type=T`` the value is validated into ``T`` (a dataclass, a model,
+        ``list[Model]``, ``int``...; `TypeMismatch` naming the run and key)."""
+        value = await wait_published(self._engine, self.run_id, key, timeout)
+        if type is Any:
+            return value
+        return from_plain(
+            value, type, f"the value run {self.run_id!r} published under {key!r}", strict=True
+        )
 
     async def waiting(
         self,

@@ -26,6 +26,7 @@ from typing import Any
 import msgpack
 
 from durable.decorators.codec import Codec
+from durable.decorators.typed import from_plain, parameter_hints
 from durable.errors import ArgumentMismatch, CodecError
 
 __all__ = [
@@ -82,8 +83,12 @@ class Invocation:
             fn, kind, self.name, [None] * len(self.args), dict.fromkeys(self.kwargs), run_id
         )
 
-    def decode_args(self, codec: Codec, run_id: str) -> tuple[list[Any], dict[str, Any]]:
-        """The arguments, decoded."""
+    def decode_args(
+        self, codec: Codec, run_id: str, fn: Callable[..., Any] | None = None
+    ) -> tuple[list[Any], dict[str, Any]]:
+        """The arguments, decoded; with ``fn``, each validated into the
+        annotation of its parameter (`durable.decorators.typed`:
+        `TypeMismatch` naming the run and the argument)."""
         args = [
             codec.loads(a, what=f"argument {i} of run {run_id!r} ({self.name})")
             for i, a in enumerate(self.args)
@@ -92,7 +97,38 @@ class Invocation:
             k: codec.loads(v, what=f"argument {k!r} of run {run_id!r} ({self.name})")
             for k, v in self.kwargs.items()
         }
+        if fn is None:
+            return args, kwargs
+        hints = parameter_hints(fn)
+        if not hints:
+            return args, kwargs
+        parameters = list(signature_of(fn).parameters.values())
+        for i, value in enumerate(args):
+            p = _parameter_at(parameters, i)
+            if p is not None and p.name in hints:
+                what = f"argument {p.name!r} of run {run_id!r} ({self.name})"
+                args[i] = from_plain(value, hints[p.name], what)
+        by_name = {p.name: p for p in parameters}
+        var_kw = next((p for p in parameters if p.kind is p.VAR_KEYWORD), None)
+        for k, value in kwargs.items():
+            q = by_name.get(k)
+            p = q if q is not None and q.kind is not q.VAR_POSITIONAL else var_kw
+            if p is not None and p.name in hints:
+                what = f"argument {k!r} of run {run_id!r} ({self.name})"
+                kwargs[k] = from_plain(value, hints[p.name], what)
         return args, kwargs
+
+
+def _parameter_at(parameters: list[inspect.Parameter], index: int) -> inspect.Parameter | None:
+    """The parameter that positional argument ``index`` binds to."""
+    for i, p in enumerate(parameters):
+        if p.kind is p.VAR_POSITIONAL:
+            return p
+        if p.kind not in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD):
+            return None
+        if i == index:
+            return p
+    return None
 
 
 def encode_invocation(

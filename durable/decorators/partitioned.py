@@ -126,6 +126,7 @@ class PartitionEngine(EngineBase):
         self.max_attempts_without_progress = engine.max_attempts_without_progress
         self.replace_codec_record = engine.replace_codec_record
         self.executors = engine.executors
+        self.threads = engine.threads
         #: The partition's store session (set by `PartitionedSession`).
         self.store: PartitionStore | None = None
 

@@ -40,6 +40,7 @@ __all__ = [
     "WorkflowDefinition",
     "WorkflowRegistry",
     "check_async",
+    "check_callable",
     "default_name",
     "main_module_name",
     "origin",
@@ -96,7 +97,8 @@ def default_name(fn: Callable[..., Any]) -> str:
 
 
 def check_async(fn: object, decorator: str) -> None:
-    """`DecoratorError` unless ``fn`` is an ``async def`` function."""
+    """`DecoratorError` unless ``fn`` is an ``async def`` function (a
+    workflow: its body awaits its steps and waits)."""
     if not callable(fn):
         raise DecoratorError(
             f"{decorator} decorates an async function, got {fn!r}; "
@@ -104,9 +106,22 @@ def check_async(fn: object, decorator: str) -> None:
         )
     if not inspect.iscoroutinefunction(fn):
         name = getattr(fn, "__qualname__", repr(fn))
+        full = default_name(fn) if hasattr(fn, "__qualname__") else name
         raise DecoratorError(
-            f"{decorator} needs an async function, but {name!r} is not one: "
-            f"define it with `async def {getattr(fn, '__name__', 'fn')}(...)`"
+            f"{decorator} needs an async function, but {full!r} is a plain function: "
+            f"define it with `async def {getattr(fn, '__name__', 'fn')}(...)` (a workflow "
+            "awaits its steps and waits; steps and jobs may be plain `def`, run in the "
+            "engine's thread pool)"
+        )
+
+
+def check_callable(fn: object, decorator: str) -> None:
+    """`DecoratorError` unless ``fn`` is a function (``async def`` or plain
+    ``def``: steps and jobs take both)."""
+    if not callable(fn) or isinstance(fn, type):
+        raise DecoratorError(
+            f"{decorator} decorates a function, got {fn!r}; write `{decorator}` "
+            f"(or `{decorator}(...)`) on the line above `def` or `async def`"
         )
 
 

@@ -139,7 +139,7 @@ class WorkflowRunner:
         # at most one log object per delivery (shared by claims made together).
         await engine.queue.writer.flush()
         try:
-            args, kwargs = invocation.decode_args(codec, step.run_id)
+            args, kwargs = invocation.decode_args(codec, step.run_id, definition.fn)
         except UntrustedPayload as e:
             await _release(engine, step, e)
         except DurableError as e:

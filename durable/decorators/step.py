@@ -18,31 +18,42 @@ running it again.
 
 Outside a workflow, and inside another step's body, a step is a plain call
 of its function: no journal, no retries, no timeout.
+
+A plain ``def`` function is a step too: its body runs in a thread of the
+engine's pool (`durable.decorators.threads`), with the same journal,
+retries, timeout and ``at_most_once``, and is awaited like any step
+(outside a workflow too: ``await`` runs it in a thread).
 """
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
 from collections.abc import Callable, Coroutine
 from contextlib import nullcontext
-from typing import Any, Generic, ParamSpec, TypeVar, overload
+from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable import events
 from durable.decorators.attempts import RetryPolicy, run_attempts
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import RunContext, active_run, in_step
+from durable.decorators.current import engine_or_none
 from durable.decorators.executors import INLINE, call_on, check_executor_name, executor_for
 from durable.decorators.journal import START, STEP, Entry
-from durable.decorators.registry import check_async, default_name
+from durable.decorators.registry import check_callable, default_name
 from durable.decorators.suspend import Suspend
+from durable.decorators.threads import is_sync
+from durable.decorators.typed import from_plain, return_hint
 from durable.engine.outcomes import Immediate
 from durable.errors import DecoratorError, StepMaybeExecutedError
 
-__all__ = ["StepFunction", "step"]
+__all__ = ["StepDecorator", "StepFunction", "step"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+P2 = ParamSpec("P2")
+R2 = TypeVar("R2")
 
 _KINDS = frozenset({STEP, START})
 
@@ -52,7 +63,7 @@ class StepFunction(Generic[P, R]):
 
     def __init__(
         self,
-        fn: Callable[P, Coroutine[Any, Any, R]],
+        fn: Callable[P, Coroutine[Any, Any, R]] | Callable[P, R],
         *,
         name: str,
         policy: RetryPolicy,
@@ -68,17 +79,37 @@ class StepFunction(Generic[P, R]):
         self.at_most_once = at_most_once
         #: The name of the executor that calls the body (`durable.decorators.executors`).
         self.executor = executor
+        #: A plain ``def`` body: run in a thread of the engine's pool.
+        self.sync = is_sync(fn)
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         run = active_run()
         if run is None:
-            return self.fn(*args, **kwargs)
+            if self.sync:
+                return self._in_thread(args, kwargs)
+            return self.fn(*args, **kwargs)  # type: ignore[return-value]
         position = run.next_position()
         return self._journaled(run, position, args, kwargs)
 
+    async def _in_thread(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> R:
+        """The plain call of a ``def`` body outside a workflow: in the current
+        engine's pool, else in asyncio's default one."""
+        engine = engine_or_none()
+        if engine is None:
+            result: R = await asyncio.to_thread(self.fn, *args, **kwargs)  # type: ignore[arg-type]
+            return result
+        result = await engine.threads.call(self.fn, args, kwargs)
+        return result
+
     def __repr__(self) -> str:
         return f"<step {self.name}>"
+
+    @property
+    def result_type(self) -> Any:
+        """The return annotation its results are validated into (read when
+        first needed; `durable.decorators.typed`)."""
+        return return_hint(self.fn)
 
     async def _journaled(
         self, run: RunContext, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
@@ -88,8 +119,7 @@ class StepFunction(Generic[P, R]):
             entry = run.entry_at(position, _KINDS, self.name, self.name)
             if entry is not None:
                 if entry.resolved:
-                    result: R = await run.replay(position, entry)
-                    return result
+                    return self._typed(await run.replay(position, entry), run, position)
                 raise StepMaybeExecutedError(run.run_id, position, self.name)
             if run.draining.is_set():  # the engine stops: go on in the next process
                 raise Suspend(Immediate())
@@ -151,10 +181,17 @@ class StepFunction(Generic[P, R]):
         tracing, began = events.TRACING, time.perf_counter()
         events.emit("step_start", run_id=run.run_id, step=self.name, position=position)
         try:
-            if self.executor == INLINE:  # today's path: awaited here, in the workflow's task
+            if self.executor == INLINE and self.sync:  # a `def` body: in the engine's pool
+                threads = run.engine.threads
+
+                async def call() -> R:
+                    result: R = await threads.call(self.fn, args, kwargs)
+                    return result
+
+            elif self.executor == INLINE:  # awaited here, in the workflow's task
 
                 def call() -> Coroutine[Any, Any, R]:
-                    return self.fn(*args, **kwargs)
+                    return self.fn(*args, **kwargs)  # type: ignore[return-value]
 
             else:
                 call = self._delegated(run, position, args, kwargs, what)
@@ -198,12 +235,35 @@ class StepFunction(Generic[P, R]):
         done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
         await run.record(position, done)
         self._ended(run.run_id, position, began, None)
-        value: R = codec.loads(ok, what=f"the result of {what}")
-        return value
+        return self._typed(codec.loads(ok, what=f"the result of {what}"), run, position)
+
+    def _typed(self, value: Any, run: RunContext, position: int) -> R:
+        """The step's result validated into its return annotation
+        (`durable.decorators.typed`; `TypeMismatch` naming run and step)."""
+        what = f"the result of step {self.name!r} (position {position} of run {run.run_id!r})"
+        typed: R = from_plain(value, self.result_type, what)
+        return typed
+
+
+class StepDecorator(Protocol):
+    """What ``@step(...)`` with options returns: decorates an ``async def``
+    or a plain ``def`` function."""
+
+    @overload
+    def __call__(self, fn: Callable[P2, Coroutine[Any, Any, R2]], /) -> StepFunction[P2, R2]: ...
+    @overload
+    def __call__(self, fn: Callable[P2, R2], /) -> StepFunction[P2, R2]: ...
+    def __call__(self, fn: Callable[..., Any], /) -> StepFunction[..., Any]:
+        """Make ``fn`` a step."""
+        ...
 
 
 @overload
 def step(fn: Callable[P, Coroutine[Any, Any, R]], /) -> StepFunction[P, R]: ...
+
+
+@overload
+def step(fn: Callable[P, R], /) -> StepFunction[P, R]: ...
 
 
 @overload
@@ -216,11 +276,11 @@ def step(
     timeout: float | None = None,
     at_most_once: bool = False,
     executor: str = INLINE,
-) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], StepFunction[P, R]]: ...
+) -> StepDecorator: ...
 
 
 def step(
-    fn: Callable[P, Coroutine[Any, Any, R]] | None = None,
+    fn: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -230,21 +290,28 @@ def step(
     timeout: float | None = None,
     at_most_once: bool = False,
     executor: str = INLINE,
-) -> StepFunction[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], StepFunction[P, R]]:
-    """Make an async function a journaled step of the workflows that call it.
+) -> StepFunction[..., Any] | StepDecorator:
+    """Make a function a journaled step of the workflows that call it.
+
+    An ``async def`` body is awaited in the workflow's task; a plain
+    ``def`` body runs in a thread of the engine's pool
+    (``Engine(sync_threads=...)``; `durable.decorators.threads`) and is
+    awaited the same way: ``await fetch(url)``.
 
     Bare (``@step``) or with options: ``name`` (journaled with each call;
     default ``module.qualname``), ``max_attempts`` (default 1: no retry),
     ``backoff`` between attempts (`Backoff`), ``retry_on`` (the exceptions
     worth another attempt; others end the step at once), ``timeout``
-    (seconds per attempt; `TimeoutError` after it) and ``at_most_once``
-    (never run twice, even across a crash; not with ``max_attempts > 1``)
-    and ``executor`` (the name of an entry of ``Engine(executors=...)`` that
-    calls the body, e.g. on a Dask cluster; default ``"inline"``: awaited in
-    the engine's process; see `durable.decorators.executors`). A step whose
-    engine lacks its executor fails with `UnknownExecutor` without running;
-    a lost worker (`WorkerLost`) is retried within ``max_attempts``.
-    Misuse raises `DecoratorError` here, at decoration time.
+    (seconds per attempt; `TimeoutError` after it; a ``def`` body that
+    overruns is abandoned in its thread, its outcome discarded) and
+    ``at_most_once`` (never run twice, even across a crash; not with
+    ``max_attempts > 1``) and ``executor`` (the name of an entry of
+    ``Engine(executors=...)`` that calls the body, e.g. on a Dask cluster;
+    default ``"inline"``: in the engine's process; see
+    `durable.decorators.executors`). A step whose engine lacks its executor
+    fails with `UnknownExecutor` without running; a lost worker
+    (`WorkerLost`) is retried within ``max_attempts``. Misuse raises
+    `DecoratorError` here, at decoration time.
     """
     if fn is not None and not callable(fn) and isinstance(fn, str):
         raise DecoratorError(f"write @step(name={fn!r}), not @step({fn!r})")
@@ -264,8 +331,8 @@ def step(
             "an at_most_once step runs at most once: drop max_attempts (or at_most_once)"
         )
 
-    def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> StepFunction[P, R]:
-        check_async(f, "@step")
+    def decorate(f: Callable[..., Any]) -> StepFunction[..., Any]:
+        check_callable(f, "@step")
         return StepFunction(
             f,
             name=name or default_name(f),
@@ -276,4 +343,4 @@ def step(
 
     if fn is not None:
         return decorate(fn)
-    return decorate
+    return cast(StepDecorator, decorate)

@@ -29,11 +29,12 @@ from __future__ import annotations
 import datetime as _dt
 import math
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, TypeVar, overload
 
 from durable.decorators.context import RunContext, current_run
 from durable.decorators.journal import SIGNAL, SLEEP, Entry
 from durable.decorators.parking import FOREVER
+from durable.decorators.typed import from_plain
 from durable.errors import InvalidArgument
 
 __all__ = [
@@ -47,6 +48,7 @@ __all__ = [
 
 SLEEP_NAME = "durable.sleep"
 SIGNAL_NAME = "durable.wait_for_signal"
+T = TypeVar("T")
 _SLEEP = frozenset({SLEEP})
 _SIGNAL = frozenset({SIGNAL})
 
@@ -82,19 +84,48 @@ async def _sleep(run: RunContext, position: int, delay: float) -> None:
         run.untrack(task)
 
 
+@overload
 def wait_for_signal(
     key: str, timeout: float | _dt.timedelta | None = None
+) -> Coroutine[Any, Any, Any]: ...
+@overload
+def wait_for_signal(key: str, timeout: None = None, *, type: type[T]) -> Coroutine[Any, Any, T]: ...
+@overload
+def wait_for_signal(
+    key: str, timeout: float | _dt.timedelta, *, type: type[T]
+) -> Coroutine[Any, Any, T | None]: ...
+def wait_for_signal(
+    key: str, timeout: float | _dt.timedelta | None = None, *, type: Any = Any
 ) -> Coroutine[Any, Any, Any]:
     """Wait durably for the value sent by ``engine.signal(key, value)``, at
     most ``timeout`` seconds (None: without limit); returns the value, or
-    None at the timeout. Only in a workflow; one waiting run per key."""
+    None at the timeout. Only in a workflow; one waiting run per key.
+
+    ``type=T`` validates the value into ``T`` (a dataclass, a Pydantic
+    model, ``list[Model]``, ``int``...; `durable.decorators.typed`), on the
+    first run as on a replay: a value that does not fit raises
+    `TypeMismatch` naming the run and the key. With a ``timeout`` the
+    result may also be None (the timeout)."""
     run = current_run("durable.wait_for_signal()")
     if not isinstance(key, str) or not key:
         raise InvalidArgument(f"a signal key must be a non-empty str, got {key!r}")
     limit = (
         FOREVER if timeout is None else _seconds("wait_for_signal timeout", timeout, positive=True)
     )
-    return _wait(run, run.next_position(), key, limit)
+    waited = _wait(run, run.next_position(), key, limit)
+    if type is Any:
+        return waited
+    return _typed_signal(waited, type, run.run_id, key, timeout is not None)
+
+
+async def _typed_signal(
+    waited: Coroutine[Any, Any, Any], expected: Any, run_id: str, key: str, may_time_out: bool
+) -> Any:
+    value = await waited
+    if value is None and may_time_out:
+        return None
+    what = f"the signal {key!r} run {run_id!r} waited for"
+    return from_plain(value, expected, what, strict=True)
 
 
 async def _wait(run: RunContext, position: int, key: str, limit: float) -> Any:

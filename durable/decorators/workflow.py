@@ -43,6 +43,7 @@ from durable.decorators.registry import (
 )
 from durable.decorators.schedules import declare_schedule
 from durable.decorators.submit import submit_run
+from durable.decorators.typed import from_plain, return_hint
 from durable.decorators.versions import check_version, code_version
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, validate_run_id
@@ -98,7 +99,12 @@ class WorkflowStarter(Generic[P, R]):
             run_at=self.run_at,
             attributes=self.attributes,
         )
-        return WorkflowHandle(engine, run_id, input_digest=input_digest(payload))
+        return WorkflowHandle(
+            engine,
+            run_id,
+            input_digest=input_digest(payload),
+            result_type=return_hint(definition.fn),
+        )
 
     def __repr__(self) -> str:
         return f"<starter of workflow {self.definition.name} run_id={self.run_id!r}>"
@@ -165,15 +171,30 @@ class Workflow(Generic[P, R]):
         """Start a run; its handle (durable when this returns)."""
         return await self.options().start(*args, **kwargs)
 
+    def handle(self, run_id: str) -> WorkflowHandle[R]:
+        """A typed handle on run ``run_id`` of this workflow (after a restart,
+        or in another process): ``result()`` returns an ``R``, validated into
+        the workflow's return annotation. No I/O: the run is not looked up
+        (an unknown one raises `RunNotFound` when the handle is used); needs
+        a running engine (`NoEngine`)."""
+        engine = current_engine(f"a handle on a run of workflow {self.name!r}")
+        return WorkflowHandle(engine, run_id, result_type=return_hint(self.fn))
+
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         # Checked here, at the call (also of a child workflow, before it takes
         # a journal position): `ArgumentMismatch` naming the workflow.
         bind_arguments(self.fn, "workflow", self.name, args, kwargs)
         run = active_run()
         if run is not None:
-            child: Coroutine[Any, Any, R] = call_child(run, self.definition, args, kwargs)
-            return child
+            return self._typed_child(call_child(run, self.definition, args, kwargs))
         return self._start_and_wait(*args, **kwargs)
+
+    async def _typed_child(self, child: Coroutine[Any, Any, Any]) -> R:
+        """A child run's result, validated into the return annotation."""
+        value: R = from_plain(
+            await child, return_hint(self.fn), f"the result of child workflow {self.name!r}"
+        )
+        return value
 
     async def _start_and_wait(self, *args: P.args, **kwargs: P.kwargs) -> R:
         handle = await self.start(*args, **kwargs)

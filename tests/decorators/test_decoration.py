@@ -53,9 +53,9 @@ def test_bare_and_called_forms_keep_the_function() -> None:
 
 @pytest.mark.parametrize(
     "decorate",
-    [durable.workflow, durable.workflow(name="x.sync"), durable.step, durable.step(max_attempts=2)],
+    [durable.workflow, durable.workflow(name="x.sync")],
 )
-def test_a_non_async_function_is_refused_with_the_fix(decorate: Any) -> None:
+def test_a_non_async_workflow_is_refused_with_the_fix(decorate: Any) -> None:
     def plain(x: int) -> int:
         return x
 

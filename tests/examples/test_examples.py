@@ -86,3 +86,19 @@ def test_kv_effects_commit_with_submit_and_each_step(tmp_path: Path) -> None:
         assert "orders/order-42/status = b'shipped'" in view
         assert "orders/order-42/reserved = b'3 widgets'" in view
         assert "orders/order-42/receipt = b'receipt #1001: 29.97 EUR'" in view
+
+
+def test_sync_steps_run_def_bodies_in_the_engine_pool(tmp_path: Path) -> None:
+    out = run_example("sync_steps", str(tmp_path / "demo"))
+    lines = out.splitlines()
+    assert [line.split()[0] for line in lines[:6]] == [f"file{i}.txt" for i in range(6)]
+    assert all(line.endswith("(durable-sync)") for line in lines[:6])
+    assert "lines in file5.txt: 6" in out
+
+
+def test_typed_values_come_back_as_their_types_through_msgpack(tmp_path: Path) -> None:
+    out = run_example("typed_values", str(tmp_path / "demo"))
+    assert "priced: [Line(sku='pen', qty=3, cents=225), Line(sku='ink', qty=1, cents=1080)]" in out
+    assert "result: Invoice {'order_id': 'o-7', 'total_cents': 1755" in out
+    assert "'approved_by': 'ana'}" in out
+    assert "as stored (engine.handle, untyped): dict" in out

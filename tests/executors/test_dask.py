@@ -422,3 +422,32 @@ async def test_the_executor_shortens_its_clients_send_interval(
     for bad in (0, -1, 2, "1ms", True):
         with pytest.raises(InvalidArgument, match="send_interval"):
             DaskExecutor(client, send_interval=bad)  # type: ignore[arg-type]
+
+
+@durable.step(executor="dask")
+def plain_on_dask(x: int) -> tuple[int, str]:
+    """A plain `def` step named for the Dask executor: on the cluster, not in the engine's pool."""
+    return x * 10, threading.current_thread().name
+
+
+@durable.job(executor="dask")
+def plain_job_on_dask(x: int) -> str:
+    return f"{x} on {threading.current_thread().name}"
+
+
+@durable.workflow
+async def plain_on_the_cluster(x: int) -> tuple[int, str]:
+    return await plain_on_dask(x)
+
+
+async def test_a_def_step_and_job_on_the_dask_executor_run_on_the_cluster(
+    make_objects: Factory, clock: MockClock, client: distributed.Client
+) -> None:
+    async with make_engine(make_objects, clock, executors={"dask": client}):
+        value, thread = await result(await plain_on_the_cluster.start(4))
+        job_out = await asyncio.wait_for(plain_job_on_dask(5), LIMIT)
+    assert value == 40
+    assert not thread.startswith("durable-sync")
+    assert thread != threading.current_thread().name
+    assert job_out.startswith("5 on ")
+    assert "durable-sync" not in job_out

@@ -1,4 +1,8 @@
-"""``@job``: an async function run as a background job on the engine's workers.
+"""``@job``: a function run as a background job on the engine's workers.
+
+An ``async def`` function is awaited on the engine's event loop; a plain
+``def`` one runs in a thread of the engine's pool
+(``Engine(sync_threads=...)``, `durable.decorators.threads`).
 
 ```python
 @job
@@ -37,7 +41,7 @@ import datetime as _dt
 import functools
 import inspect
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mapping
-from typing import Any, Generic, Literal, ParamSpec, TypeVar, overload
+from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable.decorators.attempts import RetryPolicy
 from durable.decorators.current import current_engine
@@ -55,17 +59,20 @@ from durable.decorators.jobs.kind import FunctionJob, JobSettings, make_job_type
 from durable.decorators.jobs.mapping import MapHandle, MappedJobs, group_id_for_key
 from durable.decorators.jobs.registry import JOBS
 from durable.decorators.jobs.service import check_job_queue, runner_for
-from durable.decorators.registry import check_async, default_name
+from durable.decorators.registry import check_callable, default_name
+from durable.decorators.typed import return_hint
 from durable.engine.jobs import DEFAULT_JOBS_QUEUE, job_id_for_key
 from durable.engine.runs import RunOptions, validate_run_id
 from durable.engine.runtime import WorkflowRuntime
 from durable.errors import DecoratorError, InvalidArgument
 from durable.store.queue.options import validate_queue_name
 
-__all__ = ["JobFunction", "JobSubmitter", "job"]
+__all__ = ["JobDecorator", "JobFunction", "JobSubmitter", "job"]
 
 P = ParamSpec("P")
 R = TypeVar("R")
+P2 = ParamSpec("P2")
+R2 = TypeVar("R2")
 
 
 class JobSubmitter(Generic[P, R]):
@@ -133,7 +140,12 @@ class JobSubmitter(Generic[P, R]):
         job = fn.job_type(encode_invocation(engine.codec, fn.name, *call, kind="job"))
         submitted = await runner.submit(job, idempotency_key=key, job_id=job_id, **self._options())
         return JobHandle(
-            engine.codec, runner.runtime, submitted.id, fn.name, submitted.newly_submitted
+            engine.codec,
+            runner.runtime,
+            submitted.id,
+            fn.name,
+            submitted.newly_submitted,
+            return_hint(fn.fn),
         )
 
     # ---------------------------------------------------------------- map
@@ -248,7 +260,9 @@ class JobSubmitter(Generic[P, R]):
 class JobFunction(Generic[P, R]):
     """A ``@job`` function; see the module docstring."""
 
-    def __init__(self, fn: Callable[P, Coroutine[Any, Any, R]], settings: JobSettings) -> None:
+    def __init__(
+        self, fn: Callable[P, Coroutine[Any, Any, R]] | Callable[P, R], settings: JobSettings
+    ) -> None:
         self.fn = fn
         #: Name, queue, attempts, retried errors and timeout.
         self.settings = settings
@@ -344,7 +358,7 @@ class JobFunction(Generic[P, R]):
         engine = current_engine(f"a handle on job {self.name!r}")
         job_id = validate_run_id(job_id)
         runtime = runner_for(engine.for_run(job_id), self.job_type).runtime
-        return JobHandle(engine.codec, runtime, job_id, self.name)
+        return JobHandle(engine.codec, runtime, job_id, self.name, result_type=return_hint(self.fn))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         refuse_wait(f"await {self.name}(...)")
@@ -358,8 +372,25 @@ class JobFunction(Generic[P, R]):
         return f"<job {self.name} on queue {self.queue!r}>"
 
 
+class JobDecorator(Protocol):
+    """What ``@job(...)`` with options returns: decorates an ``async def``
+    or a plain ``def`` function."""
+
+    @overload
+    def __call__(self, fn: Callable[P2, Coroutine[Any, Any, R2]], /) -> JobFunction[P2, R2]: ...
+    @overload
+    def __call__(self, fn: Callable[P2, R2], /) -> JobFunction[P2, R2]: ...
+    def __call__(self, fn: Callable[..., Any], /) -> JobFunction[..., Any]:
+        """Make ``fn`` a job function."""
+        ...
+
+
 @overload
 def job(fn: Callable[P, Coroutine[Any, Any, R]], /) -> JobFunction[P, R]: ...
+
+
+@overload
+def job(fn: Callable[P, R], /) -> JobFunction[P, R]: ...
 
 
 @overload
@@ -371,11 +402,11 @@ def job(
     retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
     timeout: float | None = None,
     executor: str = INLINE,
-) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], JobFunction[P, R]]: ...
+) -> JobDecorator: ...
 
 
 def job(
-    fn: Callable[P, Coroutine[Any, Any, R]] | None = None,
+    fn: Callable[..., Any] | None = None,
     /,
     *,
     name: str | None = None,
@@ -384,8 +415,11 @@ def job(
     retry_on: type[Exception] | tuple[type[Exception], ...] = (Exception,),
     timeout: float | None = None,
     executor: str = INLINE,
-) -> JobFunction[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], JobFunction[P, R]]:
-    """Make an async function a background job run by the engine's workers.
+) -> JobFunction[..., Any] | JobDecorator:
+    """Make a function a background job run by the engine's workers: an
+    ``async def`` one on the event loop, a plain ``def`` one in a thread of
+    the engine's pool (`durable.decorators.threads`; a timeout abandons it
+    there, its outcome discarded).
 
     Bare (``@job``) or with options: ``name`` pins the durable name
     (default ``module.qualname``), ``queue`` runs its jobs on a queue of
@@ -394,7 +428,7 @@ def job(
     ``retry_on`` the exceptions worth another attempt (any other fails the
     job at once), ``timeout`` the seconds one attempt may run. Retries wait
     the queue's backoff (1 s, doubling) without holding a worker. A
-    non-async function, or a name another job has, raises `DecoratorError`
+    non-function, or a name another job has, raises `DecoratorError`
     here, at decoration time. ``executor`` names the entry of
     ``Engine(executors=...)`` that calls the function (default ``"inline"``:
     in the engine's process; see `durable.decorators.executors`).
@@ -418,8 +452,8 @@ def job(
         retry_on=retry_on if isinstance(retry_on, tuple) else (retry_on,), timeout=timeout
     )
 
-    def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> JobFunction[P, R]:
-        check_async(f, "@job")
+    def decorate(f: Callable[..., Any]) -> JobFunction[..., Any]:
+        check_callable(f, "@job")
         settings = JobSettings(
             name=name or default_name(f),
             queue=queue,
@@ -435,4 +469,4 @@ def job(
 
     if fn is not None:
         return decorate(fn)
-    return decorate
+    return cast(JobDecorator, decorate)

@@ -14,6 +14,7 @@ from typing import Any, Generic, TypeVar
 from durable.decorators.codec import Codec
 from durable.decorators.jobs.calls import refuse_wait
 from durable.decorators.outcome import RunResult, read_result
+from durable.decorators.typed import from_plain
 from durable.engine.jobs.codec import decode_output
 from durable.engine.runs import RunEnd, RunStatus
 from durable.engine.runtime import WorkflowRuntime
@@ -24,11 +25,15 @@ __all__ = ["JobHandle", "job_value", "read_job"]
 R = TypeVar("R")
 
 
-async def read_job(codec: Codec, runtime: WorkflowRuntime, job_id: str, end: RunEnd) -> Any:
-    """The result of the job that ended with ``end``, or raise its exception
+async def read_job(
+    codec: Codec, runtime: WorkflowRuntime, job_id: str, end: RunEnd, result_type: Any = Any
+) -> Any:
+    """The result of the job that ended with ``end`` validated into
+    ``result_type`` (`durable.decorators.typed`), or raise its exception
     (its own type when the codec rebuilds it, else `WorkflowFailed`;
     `RunCancelled` if it was cancelled)."""
-    return job_value(codec, await read_result(codec, runtime, end, job_id))
+    value = job_value(codec, await read_result(codec, runtime, end, job_id))
+    return from_plain(value, result_type, f"the result of job {job_id!r}")
 
 
 def job_value(codec: Codec, result: RunResult) -> Any:
@@ -47,7 +52,7 @@ def job_value(codec: Codec, result: RunResult) -> Any:
 class JobHandle(Generic[R]):
     """A submitted job: wait for its result, read its status, cancel it."""
 
-    __slots__ = ("_codec", "_runtime", "job_id", "name", "newly_submitted")
+    __slots__ = ("_codec", "_runtime", "job_id", "name", "newly_submitted", "result_type")
 
     def __init__(
         self,
@@ -56,8 +61,11 @@ class JobHandle(Generic[R]):
         job_id: str,
         name: str,
         newly_submitted: bool = False,
+        result_type: Any = Any,
     ) -> None:
         self._codec = codec
+        #: The annotation the result is validated into (`durable.decorators.typed`).
+        self.result_type = result_type
         self._runtime = runtime
         #: The job's id (its run id; the hex SHA-256 of its idempotency key if it has one).
         self.job_id = job_id
@@ -79,7 +87,7 @@ class JobHandle(Generic[R]):
         end = await self._runtime.wait_timeout(self.job_id, timeout)
         if end is None:
             raise JobNotFound(self.job_id)
-        value: R = await read_job(self._codec, self._runtime, self.job_id, end)
+        value: R = await read_job(self._codec, self._runtime, self.job_id, end, self.result_type)
         return value
 
     async def status(self) -> RunStatus | None:

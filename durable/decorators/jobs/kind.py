@@ -19,6 +19,10 @@ the function, while:
 - ``timeout`` (seconds of the engine's clock per attempt) cancels it with
   `TimeoutError`.
 
+A plain ``def`` function runs in a thread of the engine's pool
+(`durable.decorators.threads`): a timeout or a cancellation abandons it
+there (it runs on, unobserved; its outcome is discarded).
+
 With ``executor=`` the function is called by that executor of the engine
 (`durable.decorators.executors`): a lost worker (`WorkerLost`) is
 transient, an executor the engine lacks (`UnknownExecutor`) permanent.
@@ -46,6 +50,7 @@ from durable.decorators.codec import Codec
 from durable.decorators.executors import INLINE, StepExecutor, call_on, executor_for
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.outcome import encode_failure
+from durable.decorators.threads import SyncThreads, is_sync
 from durable.engine.jobs import Job, JobContext
 from durable.engine.outcomes import StepError, StepErrorKind
 from durable.errors import RunCancelled, UnknownExecutor, UntrustedPayload, WorkerLost
@@ -87,6 +92,8 @@ class JobEnv:
     clock: Clock
     #: The engine's executors by name.
     executors: Mapping[str, StepExecutor] = field(default_factory=dict)
+    #: The engine's pool of plain ``def`` bodies.
+    threads: SyncThreads = field(default_factory=SyncThreads)
 
 
 @contextlib.asynccontextmanager
@@ -133,8 +140,8 @@ class FunctionJob(Job[bytes]):
 
     #: The function's options (set on each subclass).
     SETTINGS: ClassVar[JobSettings]
-    #: The ``async def`` function (set on each subclass).
-    FUNCTION: ClassVar[Callable[..., Coroutine[Any, Any, Any]]]
+    #: The ``async def`` or plain ``def`` function (set on each subclass).
+    FUNCTION: ClassVar[Callable[..., Any]]
 
     call: bytes
 
@@ -170,7 +177,7 @@ class FunctionJob(Job[bytes]):
             invocation = decode_invocation(self.call, ctx.job_id)
             # Permanent: the code changed under a queued job.
             invocation.check_fits(self.FUNCTION, ctx.job_id, kind="job")
-            args, kwargs = invocation.decode_args(env.codec, ctx.job_id)
+            args, kwargs = invocation.decode_args(env.codec, ctx.job_id, self.FUNCTION)
             call = self._call(env, ctx, tuple(args), kwargs)
             async with keep_leased(ctx.lease, env.clock):
                 result = await _cancellable(
@@ -204,6 +211,8 @@ class FunctionJob(Job[bytes]):
         """The call of the function on the job's executor (`UnknownExecutor`
         when the engine was not given it)."""
         name = self.SETTINGS.executor
+        if name == INLINE and is_sync(self.FUNCTION):
+            return lambda: env.threads.call(self.FUNCTION, args, kwargs)
         if name == INLINE:
             return lambda: self.FUNCTION(*args, **kwargs)
         what = f"job {self.SETTINGS.name!r} ({ctx.job_id})"
@@ -224,9 +233,7 @@ class FunctionJob(Job[bytes]):
         return call
 
 
-def make_job_type(
-    fn: Callable[..., Coroutine[Any, Any, Any]], settings: JobSettings
-) -> type[FunctionJob]:
+def make_job_type(fn: Callable[..., Any], settings: JobSettings) -> type[FunctionJob]:
     """A new `FunctionJob` subclass running ``fn`` with ``settings``."""
     namespace = {
         "NAME": settings.name,

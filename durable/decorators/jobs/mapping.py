@@ -33,6 +33,7 @@ from typing import Any
 from durable.decorators.codec import Codec
 from durable.decorators.jobs.handle import read_job
 from durable.decorators.jobs.kind import FunctionJob
+from durable.decorators.typed import return_hint
 from durable.engine.jobs import JobGroup, JobRunner
 from durable.engine.progress import DEFAULT_WINDOW, Progress
 from durable.engine.runs import RunEnd
@@ -54,6 +55,8 @@ class MappedJobs:
     runner: JobRunner
     group: JobGroup[bytes]
     index_of: dict[str, int]
+    #: The function's return annotation, each result is validated into.
+    result_type: Any = Any
 
     @classmethod
     async def submit(
@@ -73,7 +76,7 @@ class MappedJobs:
         group: JobGroup[bytes] = runner.group(group_id, type(jobs[0]), route=route)
         await group.submit(keyed, **options)
         index_of = {keys[i] if keys else f"item-{i}": i for i in range(len(jobs))}
-        return cls(codec, runner, group, index_of)
+        return cls(codec, runner, group, index_of, return_hint(type(jobs[0]).FUNCTION))
 
     async def completed(self, return_exceptions: bool) -> AsyncIterator[tuple[int, Any]]:
         """``(index, result)`` of each member as it ends; a failed member raises
@@ -83,7 +86,7 @@ class MappedJobs:
             end = RunEnd(member.termination, member.outcome)
             runtime = run_group.runtime_of(member.run_id)
             try:
-                value = await read_job(self.codec, runtime, member.run_id, end)
+                value = await read_job(self.codec, runtime, member.run_id, end, self.result_type)
             except Exception as error:
                 if not return_exceptions:
                     raise

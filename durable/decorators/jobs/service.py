@@ -62,7 +62,7 @@ class JobsService:
 
     async def start(self, engine: EngineBase) -> None:
         """Build a runner per job queue, register its job types and spawn its worker."""
-        env = JobEnv(engine.codec, engine.clock, engine.executors)
+        env = JobEnv(engine.codec, engine.clock, engine.executors, engine.threads)
         mode = engine.mode
         self._runners = {}
         for queue, job_types in sorted(JOBS.by_queue().items()):
