@@ -36,15 +36,12 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from durable.decorators.context import executing_step
 from durable.decorators.index import ORDER_PREFIX, decode_entry, order_suffix, run_id_of
 from durable.decorators.journal import journal_prefix
-from durable.decorators.outcome import failure_text
-from durable.decorators.status import _ENDS, WorkflowState, _waits_on
-from durable.decorators.waiting import Waiting, waiting_now
+from durable.decorators.status import WorkflowState, ended, where_active
+from durable.decorators.waiting import Waiting
 from durable.engine.runs import Terminated
 from durable.errors import InvalidArgument
-from durable.store.queue import JobStatus
 
 if TYPE_CHECKING:
     from durable.decorators.base import EngineBase
@@ -226,12 +223,7 @@ async def summarize(engine: EngineBase, entry: IndexEntry) -> RunSummary | None:
     started = _utc(entry.started_ms)
     if isinstance(status.state, Terminated):
         t = status.state.termination
-        state = _ENDS[t.status]
-        error_type = error = None
-        if state is WorkflowState.FAILED:
-            error_type, error = failure_text(t.error)
-        elif state is WorkflowState.CANCELLED:
-            error = t.error
+        state, error_type, error = ended(t)
         if steps == 0 and entry.steps is not None:
             steps = entry.steps  # archived
         return RunSummary(
@@ -246,29 +238,18 @@ async def summarize(engine: EngineBase, entry: IndexEntry) -> RunSummary | None:
             attributes=entry.attributes,
             version=entry.version,
         )
-    record = runtime.view.run_record(run_id)
-    pointer = runtime.view.pointer(run_id)
-    job = None if pointer is None else engine.queue.job_record(pointer.job_id)
-    waiting = current = None
-    if job is not None and job.status is JobStatus.CLAIMED:
-        state = WorkflowState.RUNNING
-        current = executing_step(engine, run_id)
-    else:
-        waiting = waiting_now(runtime, run_id)
-        state = WorkflowState.PENDING if waiting is None else WorkflowState.WAITING
-    if waiting is not None:
-        current = await _waits_on(engine, waiting)
+    active = await where_active(engine, run_id)
     return RunSummary(
         run_id,
         entry.workflow,
-        state,
+        active.state,
         started,
         None,
         steps,
-        current_step=current,
-        waiting=waiting,
+        current_step=active.current_step,
+        waiting=active.waiting,
         attributes=entry.attributes,
-        cancel_requested=record is not None and record.cancel_requested,
+        cancel_requested=active.cancel_requested,
         version=entry.version,
     )
 

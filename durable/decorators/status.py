@@ -49,14 +49,14 @@ from durable.decorators.journal import journal_prefix
 from durable.decorators.outcome import failure_text
 from durable.decorators.waiting import Waiting, waiting_now
 from durable.decorators.waits import SIGNAL_NAME, SLEEP_NAME
-from durable.engine.runs import TerminalStatus, Terminated
+from durable.engine.runs import RunTermination, TerminalStatus, Terminated
 from durable.errors import CodecError
 from durable.store.queue import JobStatus
 
 if TYPE_CHECKING:
     from durable.decorators.base import EngineBase
 
-__all__ = ["WorkflowState", "WorkflowStatus", "read_status"]
+__all__ = ["Active", "WorkflowState", "WorkflowStatus", "ended", "read_status", "where_active"]
 
 
 class WorkflowState(enum.StrEnum):
@@ -140,7 +140,6 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
     runtime = engine.workflows.default
     if runtime.status(run_id) is None and runtime.pending_input(run_id) is None:
         await runtime.catch_up(run_id)  # a client's view may not have seen it yet
-    view = runtime.view
     kv = engine.queue.kv.internal()
     # Everything up to the first await reads one state of the store's memory.
     status = runtime.status(run_id)
@@ -157,13 +156,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
     attributes = {} if indexed is None else dict(indexed.attributes)
     version = None if indexed is None else indexed.version
     if isinstance(status.state, Terminated):
-        termination = status.state.termination
-        state = _ENDS[termination.status]
-        error_type = error = None
-        if state is WorkflowState.FAILED:
-            error_type, error = failure_text(termination.error)
-        elif state is WorkflowState.CANCELLED:
-            error = termination.error
+        state, error_type, error = ended(status.state.termination)
         archive: Archive | None = None
         if steps == 0 and kv.get(invocation_key(run_id)) is None:
             archive = await read_archive(engine, run_id)  # archived, or not ours
@@ -178,31 +171,64 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
             attributes=attributes,
             version=version,
         )
-    record = view.run_record(run_id)
-    pointer = view.pointer(run_id)
-    job = None if pointer is None else engine.queue.job_record(pointer.job_id)
-    cancel_requested = record is not None and record.cancel_requested
-    waiting = None
-    current = None
-    if job is not None and job.status is JobStatus.CLAIMED:
-        state = WorkflowState.RUNNING
-        current = executing_step(engine, run_id)
-    else:
-        waiting = waiting_now(runtime, run_id)
-        state = WorkflowState.PENDING if waiting is None else WorkflowState.WAITING
-    if waiting is not None:
-        current = await _waits_on(engine, waiting)
+    active = await where_active(engine, run_id)
     return WorkflowStatus(
         run_id,
         await _workflow_name(engine, run_id),
-        state,
+        active.state,
         steps,
-        current_step=current,
-        waiting=waiting,
-        cancel_requested=cancel_requested,
+        current_step=active.current_step,
+        waiting=active.waiting,
+        cancel_requested=active.cancel_requested,
         attributes=attributes,
         version=version,
     )
+
+
+def ended(termination: RunTermination) -> tuple[WorkflowState, str | None, str | None]:
+    """A terminated run's state, and its error's type and message: FAILED,
+    the exception's; CANCELLED, the reason given (no type); else None."""
+    state = _ENDS[termination.status]
+    if state is WorkflowState.FAILED:
+        error_type, error = failure_text(termination.error)
+        return state, error_type, error
+    if state is WorkflowState.CANCELLED:
+        return state, None, termination.error
+    return state, None, None
+
+
+@dataclass(frozen=True, slots=True)
+class Active:
+    """Where a run that has not terminated is (`where_active`)."""
+
+    #: PENDING, RUNNING or WAITING.
+    state: WorkflowState
+    #: As `WorkflowStatus.current_step`.
+    current_step: str | None
+    #: As `WorkflowStatus.waiting`.
+    waiting: Waiting | None
+    #: A cancellation was asked.
+    cancel_requested: bool
+
+
+async def where_active(engine: EngineBase, run_id: str) -> Active:
+    """Where active run ``run_id`` of ``engine``'s partition is: its queue
+    job claimed (RUNNING, in which step), parked on durable waits
+    (WAITING, on what), or neither (PENDING); read from memory, but for a
+    waited-on child's invocation over the inline limit."""
+    runtime = engine.workflows.default
+    record = runtime.view.run_record(run_id)
+    pointer = runtime.view.pointer(run_id)
+    job = None if pointer is None else engine.queue.job_record(pointer.job_id)
+    cancel_requested = record is not None and record.cancel_requested
+    if job is not None and job.status is JobStatus.CLAIMED:
+        running = executing_step(engine, run_id)
+        return Active(WorkflowState.RUNNING, running, None, cancel_requested)
+    waiting = waiting_now(runtime, run_id)
+    if waiting is None:
+        return Active(WorkflowState.PENDING, None, None, cancel_requested)
+    current = await _waits_on(engine, waiting)
+    return Active(WorkflowState.WAITING, current, waiting, cancel_requested)
 
 
 async def _workflow_name(
