@@ -75,6 +75,7 @@ DurableError
     ├── RunStalled                   a run's deliveries ended again and again without
     │                                progress (a poison run); the run failed
     ├── RunCancelled                 the run was cancelled
+    │   └── RunTimedOut              ... by its workflow-level timeout
     ├── RunNotFound                  no run of that id in the store (also LookupError)
     ├── WrongRunState                a run control refused by the run's state
     │                                (resume of a live run, forget of an active one)
@@ -152,6 +153,7 @@ __all__ = [
     "RunCancelled",
     "RunNotFound",
     "RunStalled",
+    "RunTimedOut",
     "ScheduleNotFound",
     "SelfFenced",
     "SignalWaiterExists",
@@ -1061,6 +1063,16 @@ class RunCancelled(WorkflowError):
         super().__init__(f"run {run_id!r} was cancelled{detail}")
         self.run_id = run_id
         self.reason = reason
+
+
+class RunTimedOut(RunCancelled):
+    """The run had not ended ``timeout`` seconds (of the engine's clock) after
+    it started (``@workflow(timeout=...)``): it was cancelled, its child runs
+    too. A `RunCancelled`, so code catching that catches this."""
+
+    def __init__(self, run_id: str, timeout: float) -> None:
+        super().__init__(run_id, f"timed out: not ended {timeout:g} s after it started")
+        self.timeout = timeout
 
 
 class RunNotFound(WorkflowError, LookupError):

@@ -35,10 +35,11 @@ from durable.decorators.current import engine_or_none
 from durable.decorators.invocation import encode_invocation
 from durable.decorators.journal import CHILD, Entry
 from durable.decorators.outcome import read_result
+from durable.decorators.run_timeout import cancelled_error
 from durable.decorators.submit import submit_run
 from durable.decorators.suspend import Abort
 from durable.engine.runs import MAX_RUN_ID_LEN, Terminated
-from durable.errors import InputMismatch, RunCancelled
+from durable.errors import InputMismatch
 
 if TYPE_CHECKING:
     from durable.decorators.base import EngineBase
@@ -166,7 +167,7 @@ async def resolve_child(run: RunContext, position: int, entry: Entry) -> Entry:
         return await run.record(position, entry.replace(ok=result.ok))
     err = result.err
     if err is None:  # cancelled
-        cancelled = RunCancelled(child, result.reason)
+        cancelled = cancelled_error(child, result.reason)
         err = run.codec.dumps_error(cancelled, what=f"the exception of child run {child!r}")
     return await run.record(position, entry.replace(err=err))
 

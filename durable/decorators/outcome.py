@@ -19,9 +19,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from durable.decorators.codec import Codec
+from durable.decorators.run_timeout import cancelled_error
 from durable.engine.runs import RunEnd, TerminalStatus
 from durable.engine.runtime import WorkflowRuntime
-from durable.errors import RunCancelled, WorkflowFailed
+from durable.errors import WorkflowFailed
 
 __all__ = [
     "FAILURE_MARKER",
@@ -64,11 +65,12 @@ class RunResult:
     reason: str | None = None
 
     def value(self, codec: Codec) -> Any:
-        """The run's result, or raise its exception (`RunCancelled` if cancelled)."""
+        """The run's result, or raise its exception (`RunCancelled` if cancelled,
+        `RunTimedOut` if its timeout cancelled it)."""
         if self.status is TerminalStatus.SUCCEEDED:
             return codec.loads(self.ok or b"", what=f"the result of run {self.run_id!r}")
         if self.status is TerminalStatus.CANCELLED:
-            raise RunCancelled(self.run_id, self.reason)
+            raise cancelled_error(self.run_id, self.reason)
         raise codec.loads_error(self.err or b"", what=f"the exception of run {self.run_id!r}")
 
 

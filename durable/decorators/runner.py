@@ -48,9 +48,12 @@ from durable.decorators.children import cancel_children, resolve_child
 from durable.decorators.context import RunContext
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, SIGNAL, Journal
+from durable.decorators.keyed_concurrency import acquire
 from durable.decorators.outcome import encode_failure
 from durable.decorators.progress import DEFERRED, Verdict, check_progress, mark_progress
 from durable.decorators.registry import REGISTRY
+from durable.decorators.run_limits import limits_of
+from durable.decorators.run_timeout import Deadline, clamp, deadline_of, timeout_reason
 from durable.decorators.suspend import Abort, Suspend
 from durable.decorators.waits import resolve_signal
 from durable.engine.delivery import Step
@@ -138,6 +141,14 @@ class WorkflowRunner:
         # that dies at once would not count the attempt. No commit of its own;
         # at most one log object per delivery (shared by claims made together).
         await engine.queue.writer.flush()
+        deadline = deadline_of(step.headers)
+        if deadline is not None and deadline.passed(engine.clock.now_ms()):
+            return await _time_out(engine, step.run_id, deadline)
+        per_key = limits_of(invocation.name).concurrency_per_key
+        if per_key is not None:  # a run with a concurrency key waits for a slot
+            waiting = await acquire(engine, step, invocation.name, per_key, deadline)
+            if waiting is not None:
+                return waiting
         try:
             args, kwargs = invocation.decode_args(codec, step.run_id, definition.fn)
         except UntrustedPayload as e:
@@ -156,7 +167,15 @@ class WorkflowRunner:
             await _resume(run)
         except Abort as a:
             await _abort(run, a)
-        return await _Delivery(run, definition.fn, args, kwargs).execute()
+        return await _Delivery(run, definition.fn, args, kwargs, deadline).execute()
+
+
+async def _time_out(engine: EngineBase, run_id: str, deadline: Deadline) -> Cancel:
+    """Cancel run ``run_id``, past its ``deadline``, and its children
+    (`durable.decorators.run_timeout`)."""
+    log.warning("workflow run timed out", run_id=run_id, timeout=deadline.timeout)
+    await cancel_children(engine, run_id)
+    return Cancel(timeout_reason(deadline))
 
 
 async def _release(engine: EngineBase, step: Step, error: UntrustedPayload) -> NoReturn:
@@ -220,11 +239,19 @@ async def _resume(run: RunContext) -> None:
 class _Delivery:
     """The function of one delivery, with its lease and cancellation."""
 
-    def __init__(self, run: RunContext, fn: Any, args: list[Any], kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self,
+        run: RunContext,
+        fn: Any,
+        args: list[Any],
+        kwargs: dict[str, Any],
+        deadline: Deadline | None = None,
+    ) -> None:
         self.ctx = run
         self.fn = fn
         self.args = args
         self.kwargs = kwargs
+        self.deadline = deadline
 
     async def execute(self) -> StepOutcome:
         """Run the function; the delivery's outcome."""
@@ -236,13 +263,15 @@ class _Delivery:
         lease = asyncio.create_task(_keep_lease(run), name=f"lease {run.run_id}")
         cancel = asyncio.create_task(step.cancel_token.wait(), name=f"cancel {run.run_id}")
         parking = asyncio.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
-        helpers = (lease, cancel, parking)
+        expiry = asyncio.create_task(_until(run, self.deadline), name=f"deadline {run.run_id}")
+        helpers = (lease, cancel, parking, expiry)
         try:
             await asyncio.wait({main, *helpers}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # the worker itself is cancelled: stop everything
             await _cancel(main, *helpers, *run.inflight)
             raise
         suspension = parking.done() and not parking.cancelled()
+        expired = expiry.done() and not expiry.cancelled()
         await _cancel(*helpers)
         if main.done():
             await self.settle()
@@ -252,6 +281,8 @@ class _Delivery:
         if step.cancel_token.is_cancelled():
             await cancel_children(run.engine, run.run_id)
             return Cancel("cancelled")
+        if expired and self.deadline is not None:
+            return await _time_out(run.engine, run.run_id, self.deadline)
         if suspension:
             try:
                 decided = parking.result()
@@ -279,7 +310,10 @@ class _Delivery:
             except Exception as e:
                 raise StepError.transient(f"run {run.run_id!r}: journal write failed: {e}") from e
         events.emit("suspend", run_id=run.run_id, position=s.position, **_trigger(s.trigger))
-        return Continue(run.delivery.payload, s.trigger)
+        outcome = Continue(run.delivery.payload, s.trigger)
+        if self.deadline is not None:  # wake at the run's deadline at the latest
+            outcome = clamp(outcome, self.deadline, run.clock.now_ms())
+        return outcome
 
     async def outcome(self, main: asyncio.Task[Any]) -> StepOutcome:
         """The outcome of the function's finished task."""
@@ -319,6 +353,14 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
     for t in pending:
         t.cancel()
     await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _until(run: RunContext, deadline: Deadline | None) -> None:
+    """Return at ``deadline`` on the engine's clock (never without one)."""
+    if deadline is None:
+        await asyncio.Event().wait()
+        return
+    await run.clock.sleep(max(deadline.at_ms - run.clock.now_ms(), 0) / 1000)
 
 
 async def _keep_lease(run: RunContext) -> None:

@@ -27,8 +27,11 @@ from durable import events
 from durable.decorators.archive import invocation_record
 from durable.decorators.attributes import start_attributes
 from durable.decorators.index import IndexEntry, index_records
+from durable.decorators.keyed_concurrency import co_locate, key_headers
 from durable.decorators.progress import QUEUE_ATTEMPTS
 from durable.decorators.registry import DEFAULT_QUEUE
+from durable.decorators.run_limits import limits_of
+from durable.decorators.run_timeout import deadline_headers
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, RunSpec, validate_run_id
 from durable.errors import InputMismatch
@@ -51,11 +54,18 @@ async def submit_run(
     run_at: int | _dt.datetime | None = None,
     records: Mapping[bytes, bytes] | None = None,
     attributes: Mapping[str, str] | None = None,
+    timeout: float | None = None,  # noqa: ASYNC109 (the run's, not this call's)
+    concurrency_key: str | None = None,
 ) -> str:
     """Submit a run of ``definition`` with the encoded invocation ``payload``;
     its run id (see the module docstring for a known id). ``records``: more
     reserved KV writes to commit with the submission (a fork's journal);
-    ``attributes``: the run's attributes (`durable.decorators.attributes`)."""
+    ``attributes``: the run's attributes (`durable.decorators.attributes`);
+    ``timeout``: seconds it has to end (default: its workflow's;
+    `durable.decorators.run_timeout`); ``concurrency_key``: the key whose
+    slots it takes (`durable.decorators.keyed_concurrency`)."""
+    if run_id is None and concurrency_key is not None:
+        run_id = co_locate(engine, definition.name, concurrency_key)
     if run_id is None:
         run_id = engine.new_run_id()
     else:
@@ -63,6 +73,12 @@ async def submit_run(
     checked = start_attributes(attributes or {}, f"run {run_id!r}")
     runtime = engine.for_run(run_id).workflows.runtime_for(definition.queue)
     headers = dict(headers or {})
+    if timeout is None:
+        timeout = limits_of(definition.name).timeout
+    if timeout is not None:  # the deadline is fixed now: a restart does not move it
+        headers.update(deadline_headers(timeout, engine.clock.now_ms(), run_at))
+    if concurrency_key is not None:
+        headers.update(key_headers(definition.name, concurrency_key))
     if events.TRACING is not None:  # the caller's trace context rides the run's headers
         events.TRACING.inject(headers)
     options = RunOptions(

@@ -9,7 +9,9 @@ the terminating transaction); for each, at least once:
 1. archive the run if it is large (`durable.decorators.archive.archive_run`):
    its invocation, journal and published values leave the store's memory
    for one object in the run's memo;
-2. if the run is a child workflow, wake its parent: signal the child's key
+2. if the run was started with a concurrency key, free its slot and wake
+   the runs waiting for one (`durable.decorators.keyed_concurrency`);
+3. if the run is a child workflow, wake its parent: signal the child's key
    (`durable.decorators.children.child_key`); a signal sent before the
    parent waits is buffered.
 
@@ -24,6 +26,7 @@ from typing import TYPE_CHECKING
 
 from durable.decorators.archive import archive_run, needs_archive
 from durable.decorators.children import HEADER_PARENT, child_key
+from durable.decorators.keyed_concurrency import HEADER_CONCURRENCY_KEY, release
 from durable.engine.effects import TerminalEffects
 from durable.engine.runs import RunOutcome
 
@@ -41,13 +44,20 @@ class RunTerminalHook:
 
     def observes(self, outcome: RunOutcome) -> bool:
         """Child runs, and runs large enough to archive."""
-        return HEADER_PARENT in outcome.headers or needs_archive(self._engine, outcome.run_id)
+        headers = outcome.headers
+        return (
+            HEADER_PARENT in headers
+            or HEADER_CONCURRENCY_KEY in headers
+            or needs_archive(self._engine, outcome.run_id)
+        )
 
     async def on_termination(self, outcome: RunOutcome, effects: TerminalEffects) -> None:
         """Archive the run if it is large, then wake its parent if it has one."""
         engine = self._engine
         if needs_archive(engine, outcome.run_id):
             await archive_run(engine, outcome.run_id)
+        if HEADER_CONCURRENCY_KEY in outcome.headers:  # free its slot for a waiting run
+            await release(engine.for_run(outcome.run_id), outcome.run_id, outcome.headers)
         if HEADER_PARENT in outcome.headers:
             parent = outcome.headers[HEADER_PARENT]  # co-located: the same partition
             await engine.for_run(parent).workflows.default.signal(

@@ -41,6 +41,7 @@ from durable.decorators.registry import (
     check_async,
     default_name,
 )
+from durable.decorators.run_limits import check_limits, check_start_options, set_limits
 from durable.decorators.schedules import declare_schedule
 from durable.decorators.submit import submit_run
 from durable.decorators.typed import from_plain, return_hint
@@ -68,9 +69,13 @@ class WorkflowStarter(Generic[P, R]):
         headers: Mapping[str, str] | None = None,
         run_at: int | _dt.datetime | None = None,
         attributes: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        concurrency_key: str | None = None,
     ) -> None:
         if run_id is not None:
             validate_run_id(run_id)
+        self.timeout = check_start_options(definition.name, timeout, concurrency_key)
+        self.concurrency_key = concurrency_key
         # Checked now, not when the run starts.
         RunOptions(headers=dict(headers or {}), priority=priority, run_at=run_at)
         what = f"run {run_id!r}" if run_id else f"a run of workflow {definition.name!r}"
@@ -98,6 +103,8 @@ class WorkflowStarter(Generic[P, R]):
             headers=self.headers,
             run_at=self.run_at,
             attributes=self.attributes,
+            timeout=self.timeout,
+            concurrency_key=self.concurrency_key,
         )
         return WorkflowHandle(
             engine,
@@ -151,13 +158,20 @@ class Workflow(Generic[P, R]):
         headers: Mapping[str, str] | None = None,
         run_at: int | _dt.datetime | None = None,
         attributes: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+        concurrency_key: str | None = None,
     ) -> WorkflowStarter[P, R]:
         """A starter with options: ``run_id`` (one run per id: starting it again
         returns that run), ``priority`` (lower runs first), ``headers``
         (str -> str, reported with the outcome), ``run_at`` (not before:
         epoch ms or an aware datetime), ``attributes`` (a few searchable
         str -> str pairs: ``engine.runs(attributes=...)``;
-        `durable.decorators.attributes`)."""
+        `durable.decorators.attributes`), ``timeout`` (seconds this run has
+        to end, instead of the workflow's ``timeout``;
+        `durable.decorators.run_timeout`), ``concurrency_key`` (the key whose
+        slots the run takes: at most the workflow's ``concurrency_per_key``
+        runs of one key are active at once;
+        `durable.decorators.keyed_concurrency`)."""
         return WorkflowStarter(
             self.definition,
             run_id=run_id,
@@ -165,6 +179,8 @@ class Workflow(Generic[P, R]):
             headers=headers,
             run_at=run_at,
             attributes=attributes,
+            timeout=timeout,
+            concurrency_key=concurrency_key,
         )
 
     async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:
@@ -216,6 +232,8 @@ def workflow(
     version: str | None = None,
     schedule: str | None = None,
     schedule_timezone: str = "UTC",
+    timeout: float | None = None,
+    concurrency_per_key: int | None = None,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
 
 
@@ -228,6 +246,8 @@ def workflow(
     version: str | None = None,
     schedule: str | None = None,
     schedule_timezone: str = "UTC",
+    timeout: float | None = None,
+    concurrency_per_key: int | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
     """Make an async function a durable workflow.
 
@@ -242,6 +262,11 @@ def workflow(
     once an engine that knows the workflow owns the store
     (`durable.decorators.schedules`; a bad expression or zone, or a
     workflow that needs arguments, is refused here).
+    ``timeout`` (seconds, > 0): a run not ended that long after it started
+    is cancelled, its children too, and ``result()`` raises `RunTimedOut`
+    (`durable.decorators.run_timeout`). ``concurrency_per_key`` (n >= 1):
+    at most n runs started with one ``.options(concurrency_key=...)`` are
+    active at once (`durable.decorators.keyed_concurrency`).
     A non-async function, or a name another workflow has, raises
     `DecoratorError` here, at decoration time.
     """
@@ -258,10 +283,11 @@ def workflow(
 
     def decorate(f: Callable[P, Coroutine[Any, Any, R]]) -> Workflow[P, R]:
         check_async(f, "@workflow")
-        wf = Workflow(
-            f, name=name or default_name(f), queue=queue or DEFAULT_QUEUE, version=version
-        )
+        wf_name = name or default_name(f)
+        limits = check_limits(wf_name, timeout, concurrency_per_key)
+        wf = Workflow(f, name=wf_name, queue=queue or DEFAULT_QUEUE, version=version)
         REGISTRY.register(wf.definition)
+        set_limits(wf_name, limits)
         declare_schedule(wf.definition, schedule, schedule_timezone)
         return wf
 
