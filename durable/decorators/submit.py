@@ -28,6 +28,7 @@ from durable.decorators.archive import invocation_record
 from durable.decorators.attributes import start_attributes
 from durable.decorators.index import IndexEntry, index_records
 from durable.decorators.progress import QUEUE_ATTEMPTS
+from durable.decorators.ratelimit import home_id
 from durable.decorators.registry import DEFAULT_QUEUE
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, RunSpec, validate_run_id
@@ -56,6 +57,8 @@ async def submit_run(
     its run id (see the module docstring for a known id). ``records``: more
     reserved KV writes to commit with the submission (a fork's journal);
     ``attributes``: the run's attributes (`durable.decorators.attributes`)."""
+    if run_id is None and definition.rate_limit is not None:
+        run_id = home_id(engine, definition.name)  # durable.decorators.ratelimit
     if run_id is None:
         run_id = engine.new_run_id()
     else:
