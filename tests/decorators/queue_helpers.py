@@ -71,7 +71,7 @@ async def drive(engine: Engine, clock: MockClock, handles: list[WorkflowHandle[A
         for part in engine.every_partition():
             part.queue.promote_scheduled_now()
         # Wait for each run just woken to end or be deferred again.
-        woken = [(h, deferred(engine, h.run_id)) for h in handles if due_at(engine, h.run_id) is None]
+        woken = [(h, deferred(engine, h.run_id)) for h in handles if not due_at(engine, h.run_id)]
         for h, seen in woken:
             if not ended(engine, h.run_id):
                 await ends_or_defers(engine, h.run_id, seen)

@@ -58,7 +58,8 @@ async def test_at_most_n_runs_start_per_period_and_the_rest_wait(
         assert len(waiting) == 5
         for h in waiting:
             status = await h.status()
-            assert status is not None and status.state is WorkflowState.PENDING
+            assert status is not None
+            assert status.state is WorkflowState.PENDING
         assert len({due_at(engine, h.run_id) for h in waiting}) == 5
         await drive(engine, clock, handles)
         results = [await asyncio.wait_for(h.result(), LIMIT) for h in handles]
@@ -91,7 +92,7 @@ async def test_a_second_engine_is_held_by_the_same_window(
     [(0, 10), (-1, 10), (1.5, 10), (True, 10), (2, 0), (2, -1), (2, float("inf")), (2,), "2/s"],
 )
 def test_a_bad_rate_limit_is_refused_at_decoration(bad: object) -> None:
-    with pytest.raises(DecoratorError, match="'rate.bad'.*rate_limit"):
+    with pytest.raises(DecoratorError, match=r"'rate\.bad'.*rate_limit"):
 
         @durable.workflow(name="rate.bad", rate_limit=bad)  # type: ignore[arg-type]
         async def bad_limit() -> None:
@@ -103,13 +104,16 @@ def test_decide_admits_n_per_window_and_books_spaced_wake_ups() -> None:
     w, wake = decide(Window(), rate, 0, woken=False)
     assert wake is None
     w, wake = decide(w, rate, 1, woken=False)
-    assert wake is None and w.starts == (0, 1)
+    assert wake is None
+    assert w.starts == (0, 1)
     w, wake = decide(w, rate, 2, woken=False)
     assert wake == 10_000  # the oldest start leaves the window then
     w, wake = decide(w, rate, 3, woken=False)
     assert wake == 15_000  # booked period/n after the previous booking
     w, wake = decide(w, rate, 10_000, woken=True)
-    assert wake is None and w.starts == (1, 10_000)
+    assert wake is None
+    assert w.starts == (1, 10_000)
     # A woken run that finds the window full books nothing and waits for room.
     w2, wake = decide(w, rate, 10_000, woken=True)
-    assert wake == 10_001 and w2.booked == w.booked
+    assert wake == 10_001
+    assert w2.booked == w.booked
