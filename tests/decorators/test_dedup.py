@@ -78,11 +78,13 @@ async def test_a_cancelled_run_frees_its_key(make_objects: Factory, clock: MockC
         await second.cancel()
 
 
+@pytest.mark.parametrize("size", [10, 100_000], ids=["inline", "blob"])
 async def test_of_concurrent_starts_with_one_key_exactly_one_wins(
-    make_objects: Factory, clock: MockClock
+    make_objects: Factory, clock: MockClock, size: int
 ) -> None:
+    """Large arguments go to blobs first: the starts interleave at those writes."""
     async with make_engine(make_objects, clock) as engine:
-        tries = [order.options(dedup_key="race").start(f"item-{i}") for i in range(5)]
+        tries = [order.options(dedup_key="race").start(f"{i}" * size) for i in range(5)]
         outcomes = await asyncio.gather(*tries, return_exceptions=True)
         won = [o for o in outcomes if isinstance(o, durable.WorkflowHandle)]
         lost = [o for o in outcomes if isinstance(o, DuplicateStart)]
