@@ -9,7 +9,7 @@ import asyncio
 
 import pytest
 from decorator_helpers import LIMIT, Factory, make_engine
-from queue_helpers import drive, due_at, settled
+from deferral_helpers import drive, due_at, settled
 
 import durable
 from durable import WorkflowState
