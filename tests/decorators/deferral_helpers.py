@@ -6,23 +6,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from decorator_helpers import LIMIT, deferrals
+from decorator_helpers import LIMIT
 
 from durable.decorators.engine import Engine
 from durable.decorators.handles import WorkflowHandle
-from durable.decorators.progress import DEFERRED
-from durable.engine import Terminated
+from durable.engine import Terminated, keys
 from durable.store.clock import MockClock
-
-
-def deferred(engine: Engine, run_id: str) -> int:
-    """How many times run ``run_id``'s current job was deferred (0 once it ended)."""
-    part = engine.for_run(run_id)
-    pointer = part.workflows.default.view.pointer(run_id)
-    if pointer is None:
-        return 0
-    history = part.queue.attempt_history(pointer.job_id)
-    return sum((e.error or "").startswith(DEFERRED) for e in history)
+from durable.store.queue.keys import history_key
 
 
 def due_at(engine: Engine, run_id: str) -> int | None:
@@ -39,26 +29,36 @@ def ended(engine: Engine, run_id: str) -> bool:
     return status is not None and isinstance(status.state, Terminated)
 
 
-async def ends_or_defers(engine: Engine, run_id: str, seen: int) -> None:
-    """Wait until run ``run_id`` ends, or is deferred for the ``seen + 1``-th time."""
-    runtime = engine.for_run(run_id).workflows.default
-    end = asyncio.ensure_future(runtime.wait(run_id))
-    defer = asyncio.ensure_future(deferrals(engine, run_id, seen + 1))
-    try:
-        await asyncio.wait_for(
-            asyncio.wait([end, defer], return_when=asyncio.FIRST_COMPLETED), LIMIT
-        )
-    finally:
-        for f in (end, defer):
-            f.cancel()
-        await asyncio.gather(end, defer, return_exceptions=True)
+async def until_scheduled(engine: Engine, run_id: str) -> None:
+    """Wait until run ``run_id`` has ended or its current job waits for a time
+    (deferred, or parked on a durable wait): watches on its step pointer and
+    on its job's attempt history, set before each look."""
+    part = engine.for_run(run_id)
+    kv, watchers = part.queue.kv, part.queue.writer.watchers
+
+    async def look() -> None:
+        while True:
+            pointer = part.workflows.default.view.pointer(run_id)
+            moved = kv.watch(keys.pointer_key(run_id))  # no await since the read
+            history = history_key(pointer.job_id) if pointer is not None else None
+            retried = watchers.watch(history) if history is not None else None
+            try:
+                if ended(engine, run_id) or due_at(engine, run_id) is not None:
+                    return
+                futs = [moved] if retried is None else [moved, retried]
+                await asyncio.wait(futs, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                kv.unwatch(keys.pointer_key(run_id), moved)
+                if history is not None and retried is not None:
+                    watchers.unwatch(history, retried)
+
+    await asyncio.wait_for(look(), LIMIT)
 
 
 async def settled(engine: Engine, handles: list[WorkflowHandle[Any]]) -> None:
     """Wait until every run of ``handles`` has ended or waits on a deferral."""
     for h in handles:
-        while not ended(engine, h.run_id) and due_at(engine, h.run_id) is None:
-            await ends_or_defers(engine, h.run_id, deferred(engine, h.run_id))
+        await until_scheduled(engine, h.run_id)
 
 
 async def drive(engine: Engine, clock: MockClock, handles: list[WorkflowHandle[Any]]) -> None:
@@ -70,9 +70,4 @@ async def drive(engine: Engine, clock: MockClock, handles: list[WorkflowHandle[A
         clock.set(max(min(due), clock.now_ms()))
         for part in engine.every_partition():
             part.queue.promote_scheduled_now()
-        # Wait for each run just woken to end or be deferred again.
-        woken = [(h, deferred(engine, h.run_id)) for h in handles if not due_at(engine, h.run_id)]
-        for h, seen in woken:
-            if not ended(engine, h.run_id):
-                await ends_or_defers(engine, h.run_id, seen)
-        await settled(engine, handles)
+        await settled(engine, handles)  # each run just woken ends, or waits again

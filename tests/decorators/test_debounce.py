@@ -63,6 +63,23 @@ async def test_starts_within_the_window_collapse_into_the_last(
         assert began[-1] == ("d", 10_000)
 
 
+@durable.workflow(name="debounce.later")
+async def later(text: str) -> str:
+    await durable.sleep(60)  # resumed from its step 1 job: the last start's arguments still
+    return await send(text)
+
+
+async def test_the_last_arguments_hold_after_a_wait(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        first = await later.options(debounce=5, key="k").start("a")
+        clock.advance(1)
+        await later.options(debounce=5, key="k").start("b")
+        await drive(engine, clock, [first])
+        assert await first.result() == "sent b"
+
+
 async def test_without_a_key_the_workflow_is_one_window(
     make_objects: Factory, clock: MockClock
 ) -> None:
