@@ -8,7 +8,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from decorator_helpers import LIMIT, Factory, make_engine
+from decorator_helpers import LIMIT, Factory, make_engine, wait_started
 from deferral_helpers import drive, due_at, settled
 
 import durable
@@ -85,6 +85,27 @@ async def test_a_second_engine_is_held_by_the_same_window(
         await drive(engine, clock, [later])
         assert await later.result() == 2
     assert [t for _, t in starts] == [0, 0, 10_000]
+
+
+async def test_runs_started_by_clients_share_the_window(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """Starts from a client (another process's role) are counted by the owner."""
+    async with (
+        make_engine(make_objects, clock) as owner,
+        make_engine(make_objects, clock, role="client") as client,
+    ):
+        assert not client.owner
+        handles = [await ping.start(i) for i in range(3)]  # the client is current
+        for h in handles:
+            await asyncio.wait_for(h.status(), LIMIT)
+        mine = [owner.handle(h.run_id) for h in handles]
+        for h in mine:
+            await asyncio.wait_for(wait_started(owner, h.run_id), LIMIT)
+        await settled(owner, mine)
+        assert len(starts) == 2
+        await drive(owner, clock, mine)
+        assert sorted(t for _, t in starts) == [0, 0, 10_000]
 
 
 @pytest.mark.parametrize(
