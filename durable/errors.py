@@ -38,6 +38,7 @@ DurableError
 │   └── CorruptRecord                a stored queue record cannot be decoded
 ├── EngineError                      the workflow runtime
 │   ├── InputMismatch                same run id, other input (also ValueError)
+│   ├── DuplicateStart               a start whose dedup key an active run holds
 │   ├── ReservedHeader               a header under ``workflow.`` (also ValueError)
 │   ├── InvalidArgument              bad option, trigger, outcome (also ValueError)
 │   ├── ReservedMemoKey              a run-memo key kept for the runtime (also ValueError)
@@ -112,6 +113,7 @@ __all__ = [
     "DuplicateJobId",
     "DuplicateMemberKey",
     "DuplicateScheduleName",
+    "DuplicateStart",
     "DurableError",
     "EffectsSealed",
     "EngineError",
@@ -624,6 +626,24 @@ class InputMismatch(EngineError, ValueError):
             "submit the new input under another run id, or wait for the run to end"
         )
         self.run_id = run_id
+
+
+class DuplicateStart(EngineError):
+    """A start with a dedup key that an active run holds; nothing started.
+
+    ``key`` is the dedup key, ``run_id`` the active run holding it,
+    ``workflow`` the workflow's name. Once that run has ended the key may
+    start again (`durable.decorators.dedup`).
+    """
+
+    def __init__(self, key: str, run_id: str, workflow: str) -> None:
+        super().__init__(
+            f"workflow {workflow!r}: dedup key {key!r} is held by active run {run_id!r}; "
+            "wait for it (or cancel it) before starting another with this key"
+        )
+        self.key = key
+        self.run_id = run_id
+        self.workflow = workflow
 
 
 class ReservedHeader(EngineError, ValueError):

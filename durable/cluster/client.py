@@ -47,6 +47,7 @@ from durable.cluster.done import DoneRecord, decode_done
 from durable.cluster.inbox import InboxWriter, Posted
 from durable.engine import keys
 from durable.engine.delivery import StepRunner
+from durable.engine.exclusive import EXCLUSIVE_PREFIX
 from durable.engine.groups import GroupRetention
 from durable.engine.hooks import TerminalHook
 from durable.engine.records import GroupMembership, input_digest
@@ -120,10 +121,19 @@ class ClientQueue:
         #: last asked: run id -> input (`ClientRuntime.pending_input`).
         self.started: dict[str, bytes] = {}
         self._prune_at = _PRUNE_FLOOR
+        #: The submit requests asking for an exclusive key whose decision
+        #: the submitter has not taken yet (`posted_submit`).
+        self.submits: dict[str, Posted] = {}
         #: Keeps the view caught up with the log (started by `open`).
         self.follower = follower if follower is not None else Follower(reader.reader)
         #: Where this client's requests go.
         self.inbox = InboxWriter(self._objects, clock, retry_seconds=retry_seconds)
+
+    def posted_submit(self, run_id: str) -> Posted | None:
+        """The submit request of run ``run_id`` that asked for an exclusive
+        key (`durable.engine.exclusive`), once: the owner's done record of it
+        says whether it started (None: none was written)."""
+        return self.submits.pop(run_id, None)
 
     def remember_start(self, run_id: str, input: bytes, visible: Callable[[str], bool]) -> None:
         """Note that this client asked for run ``run_id`` (`started`). The
@@ -366,9 +376,12 @@ class ClientRuntime(WorkflowRuntime):
             if digest is not None and digest != input_digest(spec.input):
                 raise InputMismatch(run_id)
             return SubmitOutcome(run_id, "", False)
-        new = await self.client.inbox.submit(
+        posted = await self.client.inbox.post_submit(
             self.options.queue_name, spec, member, internal, once=once
         )
+        new = posted is not None
+        if posted is not None and any(k.startswith(EXCLUSIVE_PREFIX) for k in internal or ()):
+            self.client.submits[run_id] = posted  # the owner decides: `posted_submit`
         self.client.remember_start(run_id, spec.input, lambda r: self.view.status(r) is not None)
         self.client.follower.wake()
         return SubmitOutcome(run_id, "", new)

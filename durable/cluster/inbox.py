@@ -123,6 +123,19 @@ class InboxWriter:
         (nothing written). ``spec`` needs a run id and no effects
         (`InvalidArgument`).
         """
+        return await self.post_submit(queue, spec, member, internal, once=once) is not None
+
+    async def post_submit(
+        self,
+        queue: str,
+        spec: RunSpec,
+        member: GroupMembership | None = None,
+        internal: Mapping[bytes, bytes | None] | None = None,
+        *,
+        once: bool = False,
+    ) -> Posted | None:
+        """As `submit`: the request written (for its done record), or None
+        when one for the same run id and input was in the inbox already."""
         request = SubmitRequest(queue, _nonce(), spec, member, dict(internal or {}), once)
         name = submit_name(str(spec.run_id))
         data = encode_request(request)
@@ -135,7 +148,7 @@ class InboxWriter:
             except ObjectNotFound:
                 continue  # taken, then applied and deleted before we read it: write ours
             if existing is None:
-                return True
+                return Posted(name, request.nonce)
             try:
                 other = decode_request(name, existing)
             except CorruptRequest:
@@ -146,7 +159,7 @@ class InboxWriter:
                 delay = min(delay * 2, _MAX_DELAY)
                 continue
             if isinstance(other, SubmitRequest) and other.spec.input == spec.input:
-                return False
+                return None
             raise InputMismatch(str(spec.run_id))
 
     async def signal(self, queue: str, key: str, payload: bytes) -> Posted:

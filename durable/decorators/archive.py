@@ -39,6 +39,7 @@ from typing import TYPE_CHECKING, Any
 
 import msgpack
 
+from durable.decorators.debounce_keys import debounce_run_key
 from durable.decorators.index import decode_entry, encode_entry, find_entry, index_keys
 from durable.decorators.journal import INLINE_MAX, Journal, entry_key, journal_prefix
 from durable.decorators.progress import progress_key
@@ -175,6 +176,8 @@ def _snapshot(engine: EngineBase, run_id: str) -> tuple[Archive, list[bytes]]:
         keys.append(invocation_key(run_id))
     if kv.get(progress_key(run_id)) is not None:  # not archived: it goes with the run
         keys.append(progress_key(run_id))
+    if kv.get(debounce_run_key(run_id)) is not None:  # likewise (a debounced run)
+        keys.append(debounce_run_key(run_id))
     return Archive(invocation, journal, published), keys
 
 

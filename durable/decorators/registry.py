@@ -30,9 +30,12 @@ import os
 import sys
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from durable.errors import DecoratorError
+
+if TYPE_CHECKING:
+    from durable.decorators.ratelimit import RateLimit
 
 __all__ = [
     "DEFAULT_QUEUE",
@@ -143,6 +146,8 @@ class WorkflowDefinition:
     queue: str
     #: The code's version, recorded with each run it starts (`durable.decorators.versions`).
     version: str | None = None
+    #: At most so many runs start per period (`durable.decorators.ratelimit`).
+    rate_limit: RateLimit | None = None
 
 
 class WorkflowRegistry:

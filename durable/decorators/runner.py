@@ -46,11 +46,13 @@ from durable import events
 from durable._logging import get_logger
 from durable.decorators.children import cancel_children, resolve_child
 from durable.decorators.context import RunContext
+from durable.decorators.debounce import begin
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, SIGNAL, Journal
 from durable.decorators.keyed_concurrency import acquire
 from durable.decorators.outcome import encode_failure
 from durable.decorators.progress import DEFERRED, Verdict, check_progress, mark_progress
+from durable.decorators.ratelimit import admit
 from durable.decorators.registry import REGISTRY
 from durable.decorators.run_limits import limits_of
 from durable.decorators.run_timeout import Deadline, clamp, deadline_of, timeout_reason
@@ -136,6 +138,18 @@ class WorkflowRunner:
             return Fail(encode_failure(codec, step.run_id, e))
         if verdict.defer is not None:
             _defer(step, verdict)
+        # Admission of a run's beginning (a `StepError` deferral while it must
+        # wait): a debounced run's time and last arguments, then the rate limit.
+        begun = await begin(engine, step, invocation.name)
+        if begun is not step:
+            step = begun
+            try:
+                invocation = decode_invocation(step.payload, step.run_id)
+                invocation.check_fits(definition.fn, step.run_id)
+            except DurableError as e:
+                return Fail(encode_failure(codec, step.run_id, e))
+        if definition.rate_limit is not None and step.step_number == 0 and not len(journal):
+            await admit(engine, step, definition.name, definition.rate_limit)
         # The queue does not flush a claim (it rides the next flush): make it
         # durable before anything of the run is decoded or run, or a process
         # that dies at once would not count the attempt. No commit of its own;

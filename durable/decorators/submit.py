@@ -29,6 +29,7 @@ from durable.decorators.attributes import start_attributes
 from durable.decorators.index import IndexEntry, index_records
 from durable.decorators.keyed_concurrency import co_locate, key_headers
 from durable.decorators.progress import QUEUE_ATTEMPTS
+from durable.decorators.ratelimit import home_id
 from durable.decorators.registry import DEFAULT_QUEUE
 from durable.decorators.run_limits import limits_of
 from durable.decorators.run_timeout import deadline_headers
@@ -63,9 +64,13 @@ async def submit_run(
     ``attributes``: the run's attributes (`durable.decorators.attributes`);
     ``timeout``: seconds it has to end (default: its workflow's;
     `durable.decorators.run_timeout`); ``concurrency_key``: the key whose
-    slots it takes (`durable.decorators.keyed_concurrency`)."""
+    slots it takes (`durable.decorators.keyed_concurrency`). A run without
+    an id of a workflow with a concurrency key or a rate limit gets one in
+    the partition that counts them (the key's, else the workflow's home)."""
     if run_id is None and concurrency_key is not None:
         run_id = co_locate(engine, definition.name, concurrency_key)
+    elif run_id is None and definition.rate_limit is not None:
+        run_id = home_id(engine, definition.name)  # durable.decorators.ratelimit
     if run_id is None:
         run_id = engine.new_run_id()
     else:

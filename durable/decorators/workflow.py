@@ -6,8 +6,8 @@ its own concurrency limit on the `Engine`). Its runs:
 
 - ``await wf.start(*args, **kwargs)`` starts one and returns its
   `WorkflowHandle` (durable when it returns);
-- ``await wf.options(run_id=..., priority=..., headers=..., run_at=..., attributes=...)
-  .start(...)`` starts one with options;
+- ``await wf.options(run_id=..., priority=..., headers=..., run_at=..., attributes=...,
+  dedup_key=..., debounce=..., key=...).start(...)`` starts one with options;
 - ``await wf(*args, **kwargs)`` outside a workflow starts one and waits for
   its result; inside a workflow it runs a *child* workflow
   (`durable.decorators.children`).
@@ -32,8 +32,11 @@ from durable.decorators.attributes import start_attributes
 from durable.decorators.children import call_child
 from durable.decorators.context import active_run
 from durable.decorators.current import current_engine
+from durable.decorators.debounce import check_debounce, debounced_start
+from durable.decorators.dedup import check_dedup_key, dedup_records, dedup_run_id, owner_decision
 from durable.decorators.handles import WorkflowHandle
 from durable.decorators.invocation import bind_arguments, encode_invocation
+from durable.decorators.ratelimit import RateLimit
 from durable.decorators.registry import (
     DEFAULT_QUEUE,
     REGISTRY,
@@ -48,7 +51,7 @@ from durable.decorators.typed import from_plain, return_hint
 from durable.decorators.versions import check_version, code_version
 from durable.engine.records import input_digest
 from durable.engine.runs import RunOptions, validate_run_id
-from durable.errors import DecoratorError
+from durable.errors import DecoratorError, InvalidArgument
 from durable.store.queue.options import validate_queue_name
 
 __all__ = ["Workflow", "WorkflowStarter", "workflow"]
@@ -71,11 +74,26 @@ class WorkflowStarter(Generic[P, R]):
         attributes: Mapping[str, str] | None = None,
         timeout: float | None = None,
         concurrency_key: str | None = None,
+        dedup_key: str | None = None,
+        debounce: float | None = None,
+        key: str | None = None,
     ) -> None:
         if run_id is not None:
             validate_run_id(run_id)
         self.timeout = check_start_options(definition.name, timeout, concurrency_key)
         self.concurrency_key = concurrency_key
+        name = definition.name
+        if dedup_key is not None:
+            check_dedup_key(dedup_key, name)
+        if debounce is not None:
+            debounce = check_debounce(debounce, key, name)
+            if run_id is not None or run_at is not None or dedup_key is not None:
+                raise InvalidArgument(
+                    f"workflow {name!r}: debounce cannot be combined with run_id, run_at "
+                    "or dedup_key"
+                )
+        elif key is not None:
+            raise InvalidArgument(f"workflow {name!r}: key= names a debounce key: give debounce=")
         # Checked now, not when the run starts.
         RunOptions(headers=dict(headers or {}), priority=priority, run_at=run_at)
         what = f"run {run_id!r}" if run_id else f"a run of workflow {definition.name!r}"
@@ -85,6 +103,9 @@ class WorkflowStarter(Generic[P, R]):
         self.priority = priority
         self.headers = dict(headers or {})
         self.run_at = run_at
+        self.dedup_key = dedup_key
+        self.debounce = debounce
+        self.key = key
 
     async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:
         """Start a run with these arguments; its handle (durable when this returns).
@@ -94,18 +115,39 @@ class WorkflowStarter(Generic[P, R]):
         bind_arguments(definition.fn, "workflow", definition.name, args, kwargs)
         engine = current_engine(f"starting workflow {definition.name!r}")
         payload = encode_invocation(engine.codec, definition.name, args, kwargs)
+        if self.debounce is not None:  # durable.decorators.debounce
+            debounced = await debounced_start(
+                engine,
+                definition,
+                payload,
+                self.debounce,
+                self.key,
+                priority=self.priority,
+                headers=self.headers,
+                attributes=self.attributes,
+            )
+            # The last start's arguments win.
+            return WorkflowHandle(engine, debounced, result_type=return_hint(definition.fn))
+        run_id, records = self.run_id, None
+        if self.dedup_key is not None:  # durable.decorators.dedup
+            run_id = dedup_run_id(engine, definition.name, self.dedup_key, run_id)
+            records = dedup_records(definition.name, self.dedup_key, run_id)
         run_id = await submit_run(
             engine,
             self.definition,
             payload,
-            run_id=self.run_id,
+            run_id=run_id,
             priority=self.priority,
             headers=self.headers,
             run_at=self.run_at,
             attributes=self.attributes,
             timeout=self.timeout,
             concurrency_key=self.concurrency_key,
+            records=records,
         )
+        if self.dedup_key is not None:
+            runtime = engine.for_run(run_id).workflows.runtime_for(definition.queue)
+            await owner_decision(runtime, definition.name, self.dedup_key, run_id)
         return WorkflowHandle(
             engine,
             run_id,
@@ -127,10 +169,13 @@ class Workflow(Generic[P, R]):
         name: str,
         queue: str,
         version: str | None = None,
+        rate_limit: RateLimit | None = None,
     ) -> None:
         self.fn = fn
-        #: Name, function, queue and version, as registered.
-        self.definition = WorkflowDefinition(name, fn, queue, version or code_version(fn))
+        #: Name, function, queue, version and rate limit, as registered.
+        self.definition = WorkflowDefinition(
+            name, fn, queue, version or code_version(fn), rate_limit=rate_limit
+        )
         functools.update_wrapper(self, fn)
 
     @property
@@ -160,6 +205,9 @@ class Workflow(Generic[P, R]):
         attributes: Mapping[str, str] | None = None,
         timeout: float | None = None,
         concurrency_key: str | None = None,
+        dedup_key: str | None = None,
+        debounce: float | None = None,
+        key: str | None = None,
     ) -> WorkflowStarter[P, R]:
         """A starter with options: ``run_id`` (one run per id: starting it again
         returns that run), ``priority`` (lower runs first), ``headers``
@@ -171,7 +219,11 @@ class Workflow(Generic[P, R]):
         `durable.decorators.run_timeout`), ``concurrency_key`` (the key whose
         slots the run takes: at most the workflow's ``concurrency_per_key``
         runs of one key are active at once;
-        `durable.decorators.keyed_concurrency`)."""
+        `durable.decorators.keyed_concurrency`), ``dedup_key`` (no start while
+        an active run of this workflow holds the key: `DuplicateStart`;
+        `durable.decorators.dedup`), ``debounce`` seconds with ``key`` (starts
+        of a key collapse into one run that begins ``debounce`` seconds after
+        the last of them, with its arguments; `durable.decorators.debounce`)."""
         return WorkflowStarter(
             self.definition,
             run_id=run_id,
@@ -181,6 +233,9 @@ class Workflow(Generic[P, R]):
             attributes=attributes,
             timeout=timeout,
             concurrency_key=concurrency_key,
+            dedup_key=dedup_key,
+            debounce=debounce,
+            key=key,
         )
 
     async def start(self, *args: P.args, **kwargs: P.kwargs) -> WorkflowHandle[R]:
@@ -234,6 +289,7 @@ def workflow(
     schedule_timezone: str = "UTC",
     timeout: float | None = None,
     concurrency_per_key: int | None = None,
+    rate_limit: tuple[int, float] | None = None,
 ) -> Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]: ...
 
 
@@ -248,6 +304,7 @@ def workflow(
     schedule_timezone: str = "UTC",
     timeout: float | None = None,
     concurrency_per_key: int | None = None,
+    rate_limit: tuple[int, float] | None = None,
 ) -> Workflow[P, R] | Callable[[Callable[P, Coroutine[Any, Any, R]]], Workflow[P, R]]:
     """Make an async function a durable workflow.
 
@@ -267,6 +324,9 @@ def workflow(
     (`durable.decorators.run_timeout`). ``concurrency_per_key`` (n >= 1):
     at most n runs started with one ``.options(concurrency_key=...)`` are
     active at once (`durable.decorators.keyed_concurrency`).
+    ``rate_limit=(n, period_s)``: at most ``n`` runs start executing per
+    ``period_s`` seconds, across every process on the store; the others wait
+    (`durable.decorators.ratelimit`; a bad value is refused here).
     A non-async function, or a name another workflow has, raises
     `DecoratorError` here, at decoration time.
     """
@@ -285,7 +345,10 @@ def workflow(
         check_async(f, "@workflow")
         wf_name = name or default_name(f)
         limits = check_limits(wf_name, timeout, concurrency_per_key)
-        wf = Workflow(f, name=wf_name, queue=queue or DEFAULT_QUEUE, version=version)
+        rate = None if rate_limit is None else RateLimit.parse(rate_limit, wf_name)
+        wf = Workflow(
+            f, name=wf_name, queue=queue or DEFAULT_QUEUE, version=version, rate_limit=rate
+        )
         REGISTRY.register(wf.definition)
         set_limits(wf_name, limits)
         declare_schedule(wf.definition, schedule, schedule_timezone)

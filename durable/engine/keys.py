@@ -15,6 +15,7 @@ write there):
 | ``workflow/signal-wait/{key}`` | id of the step job waiting for a signal on ``key`` |
 | ``workflow/signal-delivered/{run_id}/{step}`` | the signal payload consumed for that step |
 | ``workflow/replies/{reply_key}`` | a pending remote-reply marker (`durable.engine.remote`) |
+| ``workflow/exclusive/{name}/{key}`` | holder of an exclusive key (`durable.engine.exclusive`) |
 
 A run group's manifest is an object, not a KV entry: ``{memo
 prefix}/groups/{group_id}/manifest`` (`manifest_object`).

@@ -20,6 +20,7 @@ from durable._logging import get_logger
 from durable.engine import keys
 from durable.engine.access import RunQueue
 from durable.engine.delivery import StepRunner
+from durable.engine.exclusive import EXCLUSIVE_PREFIX, ExclusiveLocks, check_exclusive
 from durable.engine.groups import GroupRetention, RunGroup
 from durable.engine.hooks import NoopTerminalHook, TerminalHook
 from durable.engine.memo import MemoStore
@@ -215,6 +216,7 @@ class WorkflowRuntime:
         self.pending_starts: dict[str, bytes] = {}
         self._dead_seen = -1
         self._locks: weakref.WeakValueDictionary[str, asyncio.Lock] = weakref.WeakValueDictionary()
+        self._exclusive = ExclusiveLocks()
 
     # ---------------------------------------------------------------- submit
 
@@ -238,7 +240,10 @@ class WorkflowRuntime:
         ``internal``: KV writes (None: a delete) under the reserved
         ``workflow/`` prefix that commit with the run's first step, for layers
         built on the runtime (the decorators record a run's invocation so). Unlike
-        ``spec.effects`` they are not checked: never pass user keys.
+        ``spec.effects`` they are not checked: never pass user keys. A write
+        under ``workflow/exclusive/`` asks for an exclusive key: the run starts
+        only while no other active run holds it, else `DuplicateStart`
+        (`durable.engine.exclusive`).
         """
         return await self.submit_member(spec, None, internal=internal, once=once)
 
@@ -260,7 +265,8 @@ class WorkflowRuntime:
         lock = self._locks.get(run_id)
         if lock is None:
             lock = self._locks[run_id] = asyncio.Lock()
-        async with lock:
+        exclusive = sorted(k for k in internal or () if k.startswith(EXCLUSIVE_PREFIX))
+        async with self._exclusive.holding(exclusive), lock:
             existing = self.view.run_record(run_id)
             if existing is not None:
                 return self._duplicate(existing, spec.input)
@@ -270,6 +276,11 @@ class WorkflowRuntime:
                 if digest is not None and digest != input_digest(spec.input):
                     raise InputMismatch(run_id)
                 return SubmitOutcome(run_id, "", False)
+            # Exclusive keys (`durable.engine.exclusive`): free, or `DuplicateStart`;
+            # their locks are held until the commit below has applied.
+            check_exclusive(
+                internal, self.queue.kv.get, lambda held: self.view.run_record(held) is not None
+            )
             record = RunRecord.for_input(
                 run_id, spec.input, self.clock.now_ms(), spec.options.headers, member
             )
