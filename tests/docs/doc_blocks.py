@@ -23,7 +23,8 @@ setup block may open an engine that later fragments use:
 
 After its blocks ran, each ``async def test_*`` function the page defined
 is called, with the fixtures of the durable pytest plugin it names
-(``durable_clock``, ``durable_engine``, ``durable_local_engine``).
+(``durable_clock``, ``durable_engine``, ``durable_local_engine``), once per
+case of its ``@pytest.mark.parametrize`` marks.
 """
 
 from __future__ import annotations
@@ -154,6 +155,19 @@ async def _fixtures(names: list[str], tmp: Path) -> AsyncIterator[dict[str, Any]
         yield values
 
 
+def _parametrized(fn: Callable[..., Any]) -> list[dict[str, Any]]:
+    """The keyword arguments of each call of ``fn``: one per case of its
+    ``@pytest.mark.parametrize`` marks (one argument name each), or one call."""
+    cases: list[dict[str, Any]] = [{}]
+    for mark in getattr(fn, "pytestmark", []):
+        if mark.name == "parametrize":
+            argname, values = mark.args[0], mark.args[1]
+            assert "," not in argname, f"{fn.__name__}: one parameter per parametrize"
+            assert values, f"{fn.__name__}: parametrize {argname!r} has no values"
+            cases = [{**case, argname: value} for case in cases for value in values]
+    return cases
+
+
 def run_tests(namespace: dict[str, Any], tmp: Path) -> list[str]:
     """Call every ``async def test_*`` the page defined; their names."""
     ran: list[str] = []
@@ -162,11 +176,15 @@ def run_tests(namespace: dict[str, Any], tmp: Path) -> list[str]:
             continue
         params = list(inspect.signature(fn).parameters)
 
-        async def call(fn: Callable[..., Any] = fn, params: list[str] = params) -> None:
+        async def call(
+            fn: Callable[..., Any] = fn, params: list[str] = params, **given: Any
+        ) -> None:
             async with _fixtures(params, tmp) as values:
+                values.update(given)
                 await fn(**{p: values[p] for p in params})
 
-        asyncio.run(call())
+        for given in _parametrized(fn):
+            asyncio.run(call(**given))
         ran.append(name)
     return ran
 
