@@ -16,15 +16,22 @@ mkdocs does not render them):
 A block inside ``<!-- doc-setup`` ... ``-->`` is not rendered but runs
 where it stands: the definitions a fragment on the page assumes.
 
+The awaiting blocks of a page share one event loop and one context, so a
+setup block may open an engine that later fragments use:
+``engine = await doc_cleanup.enter_async_context(Engine("memory://x"))``
+(``doc_cleanup``, an ``AsyncExitStack``, is closed after the page's blocks).
+
 After its blocks ran, each ``async def test_*`` function the page defined
 is called, with the fixtures of the durable pytest plugin it names
-(``durable_clock``, ``durable_engine``, ``durable_local_engine``).
+(``durable_clock``, ``durable_engine``, ``durable_local_engine``), once per
+case of its ``@pytest.mark.parametrize`` marks.
 """
 
 from __future__ import annotations
 
 import ast
 import asyncio
+import contextvars
 import inspect
 import re
 import sys
@@ -103,16 +110,30 @@ def _module(page: Path) -> types.ModuleType:
     return module
 
 
-def run_block(block: Block, namespace: dict[str, Any]) -> None:
-    """Run one block in ``namespace``; an exception names the page and line."""
+def run_block(
+    block: Block,
+    namespace: dict[str, Any],
+    runner: asyncio.Runner | None = None,
+    context: contextvars.Context | None = None,
+) -> None:
+    """Run one block in ``namespace``; an exception names the page and line.
+
+    An awaiting block runs on ``runner`` (the page's loop) in ``context``; a
+    block that does not await runs as a script, in ``context`` too.
+    """
     flags = ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
     filename = f"{block.page.name}:{block.line}"
     padded = "\n" * block.line + block.source  # tracebacks give the page's line numbers
     code = compile(padded, filename, "exec", flags=flags, dont_inherit=True)
+    context = context if context is not None else contextvars.copy_context()
     if code.co_flags & inspect.CO_COROUTINE:
-        asyncio.run(eval(code, namespace))
+        if runner is None:
+            with asyncio.Runner() as own:
+                own.run(eval(code, namespace), context=context)
+        else:
+            runner.run(eval(code, namespace), context=context)
     else:
-        exec(code, namespace)
+        context.run(exec, code, namespace)
 
 
 @asynccontextmanager
@@ -134,6 +155,19 @@ async def _fixtures(names: list[str], tmp: Path) -> AsyncIterator[dict[str, Any]
         yield values
 
 
+def _parametrized(fn: Callable[..., Any]) -> list[dict[str, Any]]:
+    """The keyword arguments of each call of ``fn``: one per case of its
+    ``@pytest.mark.parametrize`` marks (one argument name each), or one call."""
+    cases: list[dict[str, Any]] = [{}]
+    for mark in getattr(fn, "pytestmark", []):
+        if mark.name == "parametrize":
+            argname, values = mark.args[0], mark.args[1]
+            assert "," not in argname, f"{fn.__name__}: one parameter per parametrize"
+            assert values, f"{fn.__name__}: parametrize {argname!r} has no values"
+            cases = [{**case, argname: value} for case in cases for value in values]
+    return cases
+
+
 def run_tests(namespace: dict[str, Any], tmp: Path) -> list[str]:
     """Call every ``async def test_*`` the page defined; their names."""
     ran: list[str] = []
@@ -142,11 +176,15 @@ def run_tests(namespace: dict[str, Any], tmp: Path) -> list[str]:
             continue
         params = list(inspect.signature(fn).parameters)
 
-        async def call(fn: Callable[..., Any] = fn, params: list[str] = params) -> None:
+        async def call(
+            fn: Callable[..., Any] = fn, params: list[str] = params, **given: Any
+        ) -> None:
             async with _fixtures(params, tmp) as values:
+                values.update(given)
                 await fn(**{p: values[p] for p in params})
 
-        asyncio.run(call())
+        for given in _parametrized(fn):
+            asyncio.run(call(**given))
         ran.append(name)
     return ran
 
@@ -161,15 +199,22 @@ def run_page(page: Path, tmp: Path) -> tuple[int, list[str], list[str]]:
     saved = [(lg, lg.level, list(lg.handlers)) for lg in loggers]
     module = _module(page)
     namespace = module.__dict__
+    cleanup = AsyncExitStack()
+    namespace["doc_cleanup"] = cleanup
+    context = contextvars.copy_context()
     ran = 0
     skipped: list[str] = []
     try:
-        for block in blocks(page):
-            if block.skip is not None:
-                skipped.append(f"{block.page.name}:{block.line}: {block.skip}")
-                continue
-            run_block(block, namespace)
-            ran += 1
+        with asyncio.Runner() as runner:
+            try:
+                for block in blocks(page):
+                    if block.skip is not None:
+                        skipped.append(f"{block.page.name}:{block.line}: {block.skip}")
+                        continue
+                    run_block(block, namespace, runner, context)
+                    ran += 1
+            finally:
+                runner.run(cleanup.aclose(), context=context)
         tests = run_tests(namespace, tmp)
     finally:
         sys.modules.pop(module.__name__, None)

@@ -15,19 +15,10 @@ PAGES = sorted(p for p in DOCS.glob("*.md") if blocks(p))
 #: elsewhere (a `queue`, a `runtime`, an `engine`), absolute paths, cloud
 #: URLs. Each must get `<!-- doc-setup -->` blocks or stated skips; the
 #: strict xfail fails once a page runs, so it leaves this list then.
-NOT_YET = {
-    "bulk", "codec", "executors", "groups", "jobs", "logging", "operating", "queue",
-    "scaling", "testing", "versioning", "webhooks", "deploying",
-}  # fmt: skip
-#: The same, for pages whose blocks hang (a file:// path, an engine that
-#: waits for a signal nobody sends, a cloud endpoint): not run at all.
-HANGS = {"backends", "cron", "decorators", "decorators-jobs"}
+NOT_YET = {"bulk", "executors", "groups", "jobs", "queue", "webhooks"}
 
 
 def _param(page: Path) -> object:
-    if page.stem in HANGS:
-        reason = "blocks not runnable yet and they hang: see HANGS"
-        return pytest.param(page, id=page.stem, marks=pytest.mark.skip(reason=reason))
     if page.stem in NOT_YET:
         mark = pytest.mark.xfail(strict=True, reason="blocks not runnable yet: see NOT_YET")
         return pytest.param(page, id=page.stem, marks=mark)
@@ -78,3 +69,27 @@ def test_a_page_runs_in_order_in_one_namespace(tmp_path: Path) -> None:
     page.write_text("```python\nx = 1\n```\n\n```python\nassert x == 2, 'bad'\n```\n")
     with pytest.raises(AssertionError, match="bad"):
         run_page(page, tmp_path)
+
+
+def test_a_page_shares_one_loop_and_context(tmp_path: Path) -> None:
+    """Awaiting blocks share a loop and a context; doc_cleanup closes after the
+    blocks; a parametrized test runs once per case."""
+    page = tmp_path / "page.md"
+    out = tmp_path / "out.txt"
+    page.write_text(
+        "```python\nimport asyncio, contextvars, pathlib, pytest\n"
+        f"out = pathlib.Path({str(out)!r})\n"
+        "log = lambda s: out.write_text(out.read_text() + s + ' ')\n"
+        "var = contextvars.ContextVar('var')\nawait asyncio.sleep(0)\n"
+        "loop = asyncio.get_running_loop()\nvar.set(1)\n"
+        "doc_cleanup.callback(log, 'closed')\n```\n\n"
+        "```python\nawait asyncio.sleep(0)\n"
+        "assert asyncio.get_running_loop() is loop and var.get() == 1\n"
+        "log('second')\n```\n\n"
+        "```python\n@pytest.mark.parametrize('n', [1, 2])\n"
+        "async def test_n(n):\n    log(f'case{n}')\n```\n"
+    )
+    out.write_text("")
+    ran, _skipped, tests = run_page(page, tmp_path)
+    assert (ran, tests) == (3, ["test_n"])
+    assert out.read_text().split() == ["second", "closed", "case1", "case2"]
