@@ -31,6 +31,19 @@ from durable.store.objects.base import Guarantee, ObjectStore
 __all__ = ["FsspecObjectStore"]
 
 
+#: The SDKs' errors for credentials that are missing or cannot be loaded (by
+#: name: the SDKs are optional): no retry can succeed until someone sets them.
+_NO_CREDENTIALS = frozenset(
+    {
+        "NoCredentialsError",  # botocore (s3fs)
+        "PartialCredentialsError",
+        "CredentialRetrievalError",
+        "DefaultCredentialsError",  # google.auth (gcsfs)
+        "ClientAuthenticationError",  # azure.core (adlfs)
+    }
+)
+
+
 class FsspecObjectStore(ObjectStore):
     """Objects under ``root`` (``"bucket/prefix"``) of an async fsspec filesystem.
 
@@ -149,8 +162,10 @@ class FsspecObjectStore(ObjectStore):
         if isinstance(e, asyncio.TimeoutError | TimeoutError):
             return ObjectStoreTimeout(f"{self._url}: {name!r}: timed out ({e})", name=name)
         err = ObjectStoreError(f"{self._url}: {name!r}: {type(e).__name__}: {e}", name=name)
-        if isinstance(e, PermissionError) or (
-            isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM)
+        if (
+            isinstance(e, PermissionError)
+            or (isinstance(e, OSError) and e.errno in (errno.EACCES, errno.EPERM))
+            or _NO_CREDENTIALS.intersection(c.__name__ for c in type(e).__mro__)
         ):
             err.transient = False  # credentials or policy: retrying will not help
         return err
