@@ -56,6 +56,7 @@ from durable.decorators import (
 from durable.engine.signals import SignalOutcome
 from durable.errors import (
     ArgumentMismatch,
+    CacheKeyError,
     CodecError,
     CodecMismatch,
     DecoratorError,
@@ -87,6 +88,7 @@ from durable.errors import (
 __all__ = [
     "ArgumentMismatch",
     "Backoff",
+    "CacheKeyError",
     "CodecError",
     "CodecMismatch",
     "DecoratorError",

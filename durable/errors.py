@@ -69,6 +69,7 @@ DurableError
     ├── ClockNotAdvanced             a run waits on a MockClock nothing advances
     │                                (also TimeoutError; tests only)
     ├── StepMaybeExecutedError       an at-most-once step may have run before a crash
+    ├── CacheKeyError                a step's cache_key function raised or gave no str
     ├── UnknownExecutor              a step names an executor its engine was not given
     │                                (also LookupError; permanent)
     ├── WorkerLost                   a step body's worker, connection or scheduler was
@@ -99,6 +100,7 @@ __all__ = [
     "ArgumentMismatch",
     "BlobMissing",
     "BulkFailureThreshold",
+    "CacheKeyError",
     "CancelRequested",
     "ClaimLost",
     "ClockNotAdvanced",
@@ -998,6 +1000,21 @@ class StepMaybeExecutedError(WorkflowError):
             f"run {run_id!r}: at-most-once step {name!r} at position {position} started "
             "before a crash and may have run; it is not run again (check its effect, then "
             "handle this error in the workflow)"
+        )
+        self.run_id = run_id
+        self.position = position
+        self.name = name
+
+
+class CacheKeyError(WorkflowError, TypeError):
+    """The ``cache_key`` function of a ``@step(cache_key=...)`` raised, or
+    returned something else than a ``str``. Permanent: the step fails
+    without running its body, whatever its retry policy."""
+
+    def __init__(self, run_id: str, position: int, name: str, problem: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: the cache_key function of step {name!r} (position "
+            f"{position}) {problem}; it must return a str computed from the step's arguments"
         )
         self.run_id = run_id
         self.position = position

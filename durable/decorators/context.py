@@ -29,7 +29,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import weakref
-from collections.abc import Container, Iterator
+from collections.abc import Callable, Container, Iterator, Mapping
 from contextvars import Context, ContextVar, copy_context
 from typing import TYPE_CHECKING, Any
 
@@ -149,11 +149,17 @@ class RunContext:
             raise self.nondeterministic(position, entry.describe(), new)
         return entry
 
-    async def record(self, position: int, entry: Entry) -> Entry:
-        """Journal ``entry`` at ``position``, durably; a failed write ends the
+    async def record(
+        self,
+        position: int,
+        entry: Entry,
+        extra: Callable[[], Mapping[bytes, bytes]] | None = None,
+    ) -> Entry:
+        """Journal ``entry`` at ``position``, durably, in one commit with the
+        puts ``extra()`` returns (`Journal.write`); a failed write ends the
         delivery with `Abort` (the queue redelivers it)."""
         try:
-            return await self.journal.write(position, entry)
+            return await self.journal.write(position, entry, extra)
         except Exception as e:
             raise Abort(
                 f"run {self.run_id!r}: the journal entry at position {position} could not "

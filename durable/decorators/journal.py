@@ -42,7 +42,7 @@ raises `CorruptEngineRecord` naming the run and the position.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -265,9 +265,16 @@ class Journal:
         writing anything (`KvNamespace.check_writable`); cheap, in memory."""
         self._kv.check_writable()
 
-    async def write(self, position: int, entry: Entry) -> Entry:
+    async def write(
+        self,
+        position: int,
+        entry: Entry,
+        extra: Callable[[], Mapping[bytes, bytes]] | None = None,
+    ) -> Entry:
         """Journal ``entry`` at ``position`` (in one commit with what was
-        staged, `stage`); durable when this returns.
+        staged, `stage`, and the puts ``extra()`` returns, called in the
+        synchronous section that stages the commit); durable when this
+        returns.
 
         A result or error over `INLINE_MAX` bytes goes to the run memo
         first. Returns the entry as stored.
@@ -277,6 +284,9 @@ class Journal:
         batch = kv.stage_put(WriteBatch(), entry_key(self.run_id, position), encode_entry(stored))
         for key, value in self._staged.items():
             kv.stage_put(batch, key, value)
+        if extra is not None:
+            for key, value in extra().items():
+                kv.stage_put(batch, key, value)
         self._staged.clear()
         await kv.commit(batch)
         self._entries[position] = stored

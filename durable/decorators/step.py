@@ -35,6 +35,7 @@ from contextlib import nullcontext
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable import events
+from durable.decorators import step_cache
 from durable.decorators.attempts import RetryPolicy, run_attempts
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import RunContext, active_run, in_step
@@ -42,11 +43,18 @@ from durable.decorators.current import engine_or_none
 from durable.decorators.executors import INLINE, call_on, check_executor_name, executor_for
 from durable.decorators.journal import START, STEP, Entry
 from durable.decorators.registry import check_callable, default_name
+from durable.decorators.step_cache import CachePolicy, cache_key_of, check_cache
 from durable.decorators.suspend import Suspend
 from durable.decorators.threads import is_sync
 from durable.decorators.typed import from_plain, return_hint
 from durable.engine.outcomes import Immediate
-from durable.errors import DecoratorError, StepMaybeExecutedError
+from durable.errors import (
+    CacheKeyError,
+    CodecError,
+    DecoratorError,
+    StepMaybeExecutedError,
+    UntrustedPayload,
+)
 
 __all__ = ["StepDecorator", "StepFunction", "step"]
 
@@ -69,6 +77,7 @@ class StepFunction(Generic[P, R]):
         policy: RetryPolicy,
         at_most_once: bool,
         executor: str = INLINE,
+        cache: CachePolicy | None = None,
     ) -> None:
         self.fn = fn
         #: The name journaled with each call (default ``module.qualname``).
@@ -81,6 +90,8 @@ class StepFunction(Generic[P, R]):
         self.executor = executor
         #: A plain ``def`` body: run in a thread of the engine's pool.
         self.sync = is_sync(fn)
+        #: Results cached across runs (`durable.decorators.step_cache`), or None.
+        self.cache = cache
         functools.update_wrapper(self, fn)
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
@@ -123,9 +134,45 @@ class StepFunction(Generic[P, R]):
                 raise StepMaybeExecutedError(run.run_id, position, self.name)
             if run.draining.is_set():  # the engine stops: go on in the next process
                 raise Suspend(Immediate())
+            if self.cache is not None:
+                return await self._cached(run, position, self.cache, args, kwargs)
             return await self._execute(run, position, args, kwargs)
         finally:
             run.untrack(task)
+
+    async def _cached(
+        self,
+        run: RunContext,
+        position: int,
+        policy: CachePolicy,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+    ) -> R:
+        """A step with a cache policy reached for the first time: its key,
+        then the stored result journaled (a hit) or the body run (a miss);
+        `durable.decorators.step_cache`."""
+        what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
+        now = run.clock.now_ms()
+        try:
+            key = cache_key_of(policy, self.name, args, kwargs, run.run_id, position)
+        except CacheKeyError as error:  # permanent: journaled like the body's error
+            err = run.codec.dumps_error(error, what=f"the exception of {what}")
+            await run.record(position, Entry(self.name, STEP, err=err, time=now, started=now))
+            raise
+        hit = await step_cache.lookup(run.engine, self.name, key, now)
+        if hit is not None:
+            try:
+                value = run.codec.loads(hit, what=f"the cached result of {what}")
+            except (CodecError, UntrustedPayload):  # another engine's codec: a miss
+                pass
+            else:
+                began = time.perf_counter()
+                done = Entry(self.name, STEP, ok=hit, time=run.clock.now_ms(), started=now)
+                await run.record(position, done)
+                self._ended(run.run_id, position, began, None)
+                return self._typed(value, run, position)
+        await step_cache.sweep(run.engine, now)
+        return await self._execute(run, position, args, kwargs, (policy, key))
 
     def _delegated(
         self,
@@ -170,7 +217,12 @@ class StepFunction(Generic[P, R]):
         )
 
     async def _execute(
-        self, run: RunContext, position: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+        self,
+        run: RunContext,
+        position: int,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        cache: tuple[CachePolicy, str] | None = None,
     ) -> R:
         codec, clock = run.codec, run.clock
         what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
@@ -231,9 +283,15 @@ class StepFunction(Generic[P, R]):
             await run.record(position, failed)
             self._ended(run.run_id, position, began, error)
             raise
+        extra = None
+        if cache is not None:  # the cache record commits with the journal entry
+            policy, key = cache
+            extra = await step_cache.stage_record(
+                run.engine, self.name, key, policy, ok, run.run_id, position
+            )
         now = clock.now_ms()
         done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
-        await run.record(position, done)
+        await run.record(position, done, extra)
         self._ended(run.run_id, position, began, None)
         return self._typed(codec.loads(ok, what=f"the result of {what}"), run, position)
 
@@ -276,6 +334,8 @@ def step(
     timeout: float | None = None,
     at_most_once: bool = False,
     executor: str = INLINE,
+    cache_key: Callable[..., str] | None = None,
+    cache_ttl: float | None = None,
 ) -> StepDecorator: ...
 
 
@@ -290,6 +350,8 @@ def step(
     timeout: float | None = None,
     at_most_once: bool = False,
     executor: str = INLINE,
+    cache_key: Callable[..., str] | None = None,
+    cache_ttl: float | None = None,
 ) -> StepFunction[..., Any] | StepDecorator:
     """Make a function a journaled step of the workflows that call it.
 
@@ -310,8 +372,16 @@ def step(
     default ``"inline"``: in the engine's process; see
     `durable.decorators.executors`). A step whose engine lacks its executor
     fails with `UnknownExecutor` without running; a lost worker
-    (`WorkerLost`) is retried within ``max_attempts``. Misuse raises
-    `DecoratorError` here, at decoration time.
+    (`WorkerLost`) is retried within ``max_attempts``.
+
+    ``cache_key`` (a function of the step's arguments returning a ``str``)
+    caches its results across runs, as Prefect's cache policies: a later
+    run whose call of this step computes the same key reuses the stored
+    result without running the body, until ``cache_ttl`` seconds of the
+    engine clock have passed since it was stored (None: never expires);
+    errors are never cached (`durable.decorators.step_cache`).
+
+    Misuse raises `DecoratorError` here, at decoration time.
     """
     if fn is not None and not callable(fn) and isinstance(fn, str):
         raise DecoratorError(f"write @step(name={fn!r}), not @step({fn!r})")
@@ -333,12 +403,14 @@ def step(
 
     def decorate(f: Callable[..., Any]) -> StepFunction[..., Any]:
         check_callable(f, "@step")
+        step_name = name or default_name(f)
         return StepFunction(
             f,
-            name=name or default_name(f),
+            name=step_name,
             policy=policy,
             at_most_once=at_most_once,
             executor=executor,
+            cache=check_cache(step_name, cache_key, cache_ttl),
         )
 
     if fn is not None:
