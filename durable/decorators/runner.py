@@ -277,15 +277,18 @@ class _Delivery:
         lease = asyncio.create_task(_keep_lease(run), name=f"lease {run.run_id}")
         cancel = asyncio.create_task(step.cancel_token.wait(), name=f"cancel {run.run_id}")
         parking = asyncio.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
-        expiry = asyncio.create_task(_until(run, self.deadline), name=f"deadline {run.run_id}")
-        helpers = (lease, cancel, parking, expiry)
+        helpers: tuple[asyncio.Task[Any], ...] = (lease, cancel, parking)
+        expiry = None
+        if self.deadline is not None:  # a run with a timeout: its deadline ends the delivery
+            expiry = asyncio.create_task(_until(run, self.deadline), name=f"deadline {run.run_id}")
+            helpers += (expiry,)
         try:
             await asyncio.wait({main, *helpers}, return_when=asyncio.FIRST_COMPLETED)
         except BaseException:  # the worker itself is cancelled: stop everything
             await _cancel(main, *helpers, *run.inflight)
             raise
         suspension = parking.done() and not parking.cancelled()
-        expired = expiry.done() and not expiry.cancelled()
+        expired = expiry is not None and expiry.done() and not expiry.cancelled()
         await _cancel(*helpers)
         if main.done():
             await self.settle()
@@ -369,11 +372,8 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
     await asyncio.gather(*pending, return_exceptions=True)
 
 
-async def _until(run: RunContext, deadline: Deadline | None) -> None:
-    """Return at ``deadline`` on the engine's clock (never without one)."""
-    if deadline is None:
-        await asyncio.Event().wait()
-        return
+async def _until(run: RunContext, deadline: Deadline) -> None:
+    """Return at ``deadline`` on the engine's clock."""
     await run.clock.sleep(max(deadline.at_ms - run.clock.now_ms(), 0) / 1000)
 
 
