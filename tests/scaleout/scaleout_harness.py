@@ -341,7 +341,11 @@ def check_executions(
         if e["ev"] == "start":
             starts[(e["run"], e["step"])].append(e)
     reruns = 0
-    for (run, label), runs in sorted(starts.items()):
+    for (run, label), appended in sorted(starts.items()):
+        # In the order they began (their stamp), not the order their lines
+        # reached the side channel: a process paused between stamping a line
+        # and writing it appends it after lines stamped later.
+        runs = sorted(appended, key=lambda e: e["t"])
         where = f"step {label} of {run}"
         owned = [span_of(e) for e in runs]
         for e, span in zip(runs, owned, strict=True):
