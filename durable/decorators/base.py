@@ -32,7 +32,7 @@ if TYPE_CHECKING:
     from durable.decorators.modes import Mode
     from durable.decorators.runtimes import WorkflowQueues
     from durable.decorators.services import EngineService
-    from durable.decorators.session import Role
+    from durable.decorators.session import Role, StoreSession
     from durable.decorators.threads import SyncThreads
     from durable.engine.access import RunQueue
     from durable.store.clock import Clock
@@ -77,6 +77,13 @@ class EngineBase:
     @property
     def mode(self) -> Mode:
         """What this engine runs on now for its runs (`durable.decorators.modes`)."""
+        raise NotImplementedError
+
+    @property
+    def store_session(self) -> StoreSession | None:
+        """The session whose mode this engine's runs use now (None when not
+        running, or for an engine whose runs are in partitions: ask
+        `for_run`); what `durable.decorators.moves` follows across a move."""
         raise NotImplementedError
 
     @property

@@ -299,6 +299,12 @@ class Engine(EngineBase):
         session = self._session
         return session.partitions if isinstance(session, PartitionedSession) else None
 
+    @property
+    def store_session(self) -> StoreSession | None:
+        """The store's session on an unpartitioned store while running, else None."""
+        session = self._session
+        return session if isinstance(session, StoreSession) else None
+
     def for_run(self, run_id: str) -> EngineBase:
         """The engine as the partition of ``run_id`` (a run, job, key or
         group id) sees it: this engine itself on an unpartitioned store,

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from durable.decorators.children import cancel_tree
+from durable.decorators.moves import across_moves
 from durable.decorators.outcome import read_result
 from durable.decorators.published import wait_published
 from durable.decorators.stall import wait_or_stall
@@ -21,6 +22,7 @@ from durable.errors import InputMismatch, RunNotFound
 
 if TYPE_CHECKING:
     from durable.decorators.base import EngineBase
+    from durable.decorators.outcome import RunResult
 
 __all__ = ["WorkflowHandle"]
 
@@ -66,7 +68,14 @@ class WorkflowHandle(Generic[R]):
         the run waits for a time of the clock that nothing advances
         (`durable.decorators.stall`).
         """
-        engine = self._engine.for_run(self.run_id)
+        result = await across_moves(self._engine, self.run_id, timeout, self._result)
+        value: R = from_plain(
+            result.value(self._engine.codec), self.result_type, f"the result of run {self.run_id!r}"
+        )
+        return value
+
+    async def _result(self, engine: EngineBase, timeout: float | None) -> RunResult:  # noqa: ASYNC109
+        """`result` on the mode of the run's store now (`across_moves`)."""
         runtime = engine.workflows.default
         end = await wait_or_stall(engine, self.run_id, runtime.wait_timeout(self.run_id, timeout))
         if end is None:
@@ -76,11 +85,7 @@ class WorkflowHandle(Generic[R]):
             digest = record.input_sha256 if record is not None else None
             if digest is not None and digest != self._input_digest:
                 raise InputMismatch(self.run_id)
-        result = await read_result(engine.codec, runtime, end, self.run_id)
-        value: R = from_plain(
-            result.value(engine.codec), self.result_type, f"the result of run {self.run_id!r}"
-        )
-        return value
+        return await read_result(engine.codec, runtime, end, self.run_id)
 
     @overload
     async def get(self, key: str, timeout: float | None = None) -> Any: ...  # noqa: ASYNC109
@@ -100,7 +105,12 @@ class WorkflowHandle(Generic[R]):
         never published ``key``; `RunNotFound` for an unknown run. With
         ``type=T`` the value is validated into ``T`` (a dataclass, a model,
         ``list[Model]``, ``int``...; `TypeMismatch` naming the run and key)."""
-        value = await wait_published(self._engine, self.run_id, key, timeout)
+        value = await across_moves(
+            self._engine,
+            self.run_id,
+            timeout,
+            lambda part, left: wait_published(part, self.run_id, key, left),
+        )
         if type is Any:
             return value
         return from_plain(
@@ -122,7 +132,12 @@ class WorkflowHandle(Generic[R]):
         no limit); `RunNotFound` for an unknown run. Watches the store, no
         polling.
         """
-        return await wait_until_waiting(self._engine, self.run_id, timeout, after)
+        return await across_moves(
+            self._engine,
+            self.run_id,
+            timeout,
+            lambda part, left: wait_until_waiting(part, self.run_id, left, after),
+        )
 
     async def status(self) -> WorkflowStatus | None:
         """Where the run is: a `WorkflowStatus` (its state, PENDING, RUNNING,
@@ -130,7 +145,9 @@ class WorkflowHandle(Generic[R]):
         steps, current step, what it waits on, its error); None if the store
         does not know the run. Reads the store's memory, no journal scan
         (see `durable.decorators.status`)."""
-        return await read_status(self._engine, self.run_id)
+        return await across_moves(
+            self._engine, self.run_id, None, lambda part, _: read_status(part, self.run_id)
+        )
 
     async def cancel(self) -> bool:
         """Cancel the run and its child runs; False if it was unknown or had

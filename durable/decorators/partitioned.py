@@ -158,6 +158,11 @@ class PartitionEngine(EngineBase):
         return workflows
 
     @property
+    def store_session(self) -> PartitionStore | None:
+        """The partition's session (None before the engine reached it)."""
+        return self.store
+
+    @property
     def owner(self) -> bool:
         """True while this engine owns the partition."""
         return self.store is not None and self.store.owner

@@ -97,6 +97,7 @@ class StoreSession:
         self._applier: InboxApplier | None = None
         self._switch = asyncio.Lock()
         self._changed = asyncio.Condition()
+        self._closed = False
         #: Called whenever the mode changes (entered, or left).
         self.on_change: Callable[[], None] | None = None
 
@@ -179,6 +180,9 @@ class StoreSession:
         if self._objects is not None and self._owned_objects:
             await self._objects.close()
         self._objects = None
+        self._closed = True
+        async with self._changed:
+            self._changed.notify_all()
 
     # ------------------------------------------------------ the ownership
 
@@ -260,6 +264,16 @@ class StoreSession:
         client or standby (not ``owner``)."""
         async with self._changed:
             await self._changed.wait_for(lambda: self._mode is not None and self.owner == owner)
+
+    async def next_mode(self, after: Mode | None) -> bool:
+        """Wait until the engine runs in a mode other than ``after`` (the
+        store was handed over, taken over or lost under a caller that used
+        ``after``); False once the session closed instead."""
+        async with self._changed:
+            await self._changed.wait_for(
+                lambda: self._closed or (self._mode is not None and self._mode is not after)
+            )
+            return not self._closed
 
     async def _enter(self, mode: Mode) -> None:
         """Run ``mode``: its workflow runtimes, then the engine's services."""

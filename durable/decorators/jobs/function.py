@@ -140,8 +140,8 @@ class JobSubmitter(Generic[P, R]):
         job = fn.job_type(encode_invocation(engine.codec, fn.name, *call, kind="job"))
         submitted = await runner.submit(job, idempotency_key=key, job_id=job_id, **self._options())
         return JobHandle(
-            engine.codec,
-            runner.runtime,
+            engine,
+            fn.job_type,
             submitted.id,
             fn.name,
             submitted.newly_submitted,
@@ -357,8 +357,8 @@ class JobFunction(Generic[P, R]):
         another process); needs a running engine."""
         engine = current_engine(f"a handle on job {self.name!r}")
         job_id = validate_run_id(job_id)
-        runtime = runner_for(engine.for_run(job_id), self.job_type).runtime
-        return JobHandle(engine.codec, runtime, job_id, self.name, result_type=return_hint(self.fn))
+        runner_for(engine.for_run(job_id), self.job_type)  # JobTypeError now if not run here
+        return JobHandle(engine, self.job_type, job_id, self.name, result_type=return_hint(self.fn))
 
     def __call__(self, *args: P.args, **kwargs: P.kwargs) -> Coroutine[Any, Any, R]:
         refuse_wait(f"await {self.name}(...)")
