@@ -28,6 +28,7 @@ from durable.decorators.archive import invocation_record
 from durable.decorators.attributes import start_attributes
 from durable.decorators.index import IndexEntry, index_records
 from durable.decorators.keyed_concurrency import co_locate, key_headers
+from durable.decorators.moves import across_moves
 from durable.decorators.progress import QUEUE_ATTEMPTS
 from durable.decorators.ratelimit import home_id
 from durable.decorators.registry import DEFAULT_QUEUE
@@ -76,7 +77,6 @@ async def submit_run(
     else:
         validate_run_id(run_id)
     checked = start_attributes(attributes or {}, f"run {run_id!r}")
-    runtime = engine.for_run(run_id).workflows.runtime_for(definition.queue)
     headers = dict(headers or {})
     if timeout is None:
         timeout = limits_of(definition.name).timeout
@@ -92,6 +92,26 @@ async def submit_run(
         max_attempts_per_step=QUEUE_ATTEMPTS,  # the runner bounds them (progress)
         run_at=run_at,
     )
+    known: str = run_id
+
+    async def submit(part: EngineBase, _: float | None) -> str:
+        return await _submit(part, definition, payload, known, options, checked, records)
+
+    # Idempotent (the id is fixed): again on the next mode after a move.
+    return await across_moves(engine, run_id, None, submit)
+
+
+async def _submit(
+    engine: EngineBase,
+    definition: WorkflowDefinition,
+    payload: bytes,
+    run_id: str,
+    options: RunOptions,
+    attributes: dict[str, str],
+    records: Mapping[bytes, bytes] | None,
+) -> str:
+    """`submit_run` on the mode of the run's store now (``engine``: its partition)."""
+    runtime = engine.workflows.runtime_for(definition.queue)
     view = runtime.view
     terminal = view.terminal_record(run_id) if view.run_record(run_id) is None else None
     if terminal is not None:
@@ -106,7 +126,7 @@ async def submit_run(
         run_id,
         definition.name,
         engine.clock.now_ms(),
-        checked,
+        attributes,
         queue=queue,
         version=definition.version,
     )
