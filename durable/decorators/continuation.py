@@ -14,6 +14,9 @@ ends with a ``Continue`` whose settlement, one transaction, does all of:
 - rewrites the run's invocation record (``engine.fork`` and the CLI read
   the current incarnation's arguments) and its run index entry (its
   ``incarnation`` count, shown by ``handle.status()`` and ``engine.runs()``);
+- restarts the ordinals of the run's published values and attributes (the
+  values stay; `durable.decorators.publish.restart_ordinal`): the new
+  incarnation's ``publish`` and ``set_attributes`` calls count from 0;
 - commits what the carry-over hooks return (`register_carry_over`).
 
 So a crash leaves the run either wholly in its old incarnation (the
@@ -47,6 +50,7 @@ from durable.decorators.context import current_run
 from durable.decorators.index import decode_entry, encode_entry, find_entry
 from durable.decorators.invocation import bind_arguments, encode_invocation
 from durable.decorators.journal import journal_prefix
+from durable.decorators.publish import published_prefix, restart_ordinal
 from durable.errors import NotInWorkflow
 
 if TYPE_CHECKING:
@@ -125,10 +129,15 @@ async def continuation_writes(
     kv = run.journal.kv
     for key, _ in kv.snapshot(journal_prefix(run.run_id)):
         writes[key] = None
+    # Publishes and set_attributes are ordered by ordinals the workflow takes
+    # as it runs (replays skip the ones stored): the new incarnation's start at 0.
+    prefix = published_prefix(run.run_id)
+    for key, data in kv.snapshot(prefix):
+        writes[key] = restart_ordinal(data, run.run_id, key[len(prefix) :].decode())
     found = find_entry(kv, run.run_id)
     if found is not None:
-        entry = decode_entry(run.run_id, found[1]).replace(incarnation=request.incarnation)
-        writes[found[0]] = encode_entry(entry)
+        entry = decode_entry(run.run_id, found[1])
+        writes[found[0]] = encode_entry(entry.replace(incarnation=request.incarnation, seq=0))
     for hook in _CARRY_OVER:
         writes.update(hook(run, request.incarnation))
     return tuple(writes.items())

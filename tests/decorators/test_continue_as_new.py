@@ -258,6 +258,47 @@ async def test_a_waiting_incarnation_is_shown_with_its_count(
         assert await result(handle) == [1, "x"]
 
 
+@durable.workflow
+async def session(user: str, turns: int = 0) -> int:
+    message = await durable.wait_for_signal(f"chat:{user}", timeout=3600)
+    if message is None or message == "bye":
+        return turns
+    await durable.publish("last", f"{turns}: {message}")
+    await durable.set_attributes(turn=str(turns))
+    durable.continue_as_new(user, turns=turns + 1)
+
+
+async def test_a_client_follows_the_run_across_incarnations(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """A ``role="client"`` engine (another handle on the store, like a web
+    server's) starts the run, signals each incarnation, reads the incarnation
+    count and gets the last incarnation's result."""
+    async with (
+        make_engine(make_objects, clock) as owner,
+        make_engine(make_objects, clock, role="client") as client,
+    ):
+        assert owner.owner
+        assert not client.owner
+        handle = await session.options(run_id="client-1").start("c1")
+        parked = await asyncio.wait_for(handle.waiting(), LIMIT)
+        for turn, text in enumerate(("hello", "again", "more")):
+            await client.signal("chat:c1", text)
+            parked = await asyncio.wait_for(handle.waiting(after=parked), LIMIT)
+            status = await handle.status()
+            assert status is not None
+            assert (status.state, status.incarnation) == ("waiting", turn + 1)
+            # Published values and attributes carry over, and each incarnation's land.
+            assert await handle.get("last") == f"{turn}: {text}"
+            assert status.attributes == {"turn": str(turn)}
+        [summary] = (await client.runs()).runs
+        assert summary.incarnation == 3
+        await client.signal("chat:c1", "bye")
+        assert await result(handle) == 3
+        again = await session.options(run_id="client-1").start("c1")
+        assert await result(again) == 3  # the id names the run: nothing starts
+
+
 # ------------------------------------------------------------ bounded loop
 
 ITERATIONS = 10_000
