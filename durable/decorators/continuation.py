@@ -31,7 +31,9 @@ old journal offloaded to the run memo (over the inline limit) are not
 deleted: the next incarnation overwrites them position by position, and the
 run's retention removes the rest. A child run started by incarnation n gets
 an id that names it (`durable.decorators.children.child_run_id`), so the
-next incarnation's children never collide with earlier ones.
+next incarnation's children never collide with earlier ones; a child still
+running when its parent's incarnation ends runs on, no longer in the
+parent's journal (a later cancel of the run does not reach it).
 
 Refused: inside a step's body (`NotInWorkflow` naming the step and the run:
 a step is retried and journaled, a new incarnation is the workflow's

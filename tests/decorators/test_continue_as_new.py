@@ -16,8 +16,10 @@ import pytest
 from decorator_helpers import LIMIT, Factory, journal_names, make_engine, result, wait_parked
 
 import durable
+from durable.decorators import continuation
 from durable.decorators.archive import load_invocation
 from durable.decorators.children import child_run_id
+from durable.decorators.context import RunContext
 from durable.decorators.continuation import ContinueAsNew
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import Journal, journal_prefix
@@ -387,3 +389,24 @@ def test_a_stored_outcome_keeps_the_reset_it_commits() -> None:
     record = ReplayRecord(5, Continue(b"payload", Immediate(), internal), {}, frozenset())
     again = decode_replay("replay", encode_replay(record))
     assert again.adjusted(10) == Continue(b"payload", Immediate(), internal)
+
+
+async def test_a_carry_over_hook_commits_with_the_reset(
+    make_objects: Factory, clock: MockClock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The hook the streams and requests layers use: its writes join the
+    transaction that starts each incarnation."""
+    monkeypatch.setattr(continuation, "_CARRY_OVER", [])
+    seen_by_hook: list[tuple[str, int]] = []
+
+    def hook(run: RunContext, incarnation: int) -> dict[bytes, bytes | None]:
+        seen_by_hook.append((run.run_id, incarnation))
+        return {b"workflow/test-carry/" + run.run_id.encode(): b"%d" % incarnation}
+
+    continuation.register_carry_over(hook)
+    continuation.register_carry_over(hook)  # once
+    async with make_engine(make_objects, clock) as engine:
+        assert await result(await countdown.options(run_id="hook-1").start(3)) == 6
+        kv = engine.for_run("hook-1").queue.kv.internal()
+        assert kv.get(b"workflow/test-carry/hook-1") == b"3"
+    assert seen_by_hook == [("hook-1", 1), ("hook-1", 2), ("hook-1", 3)]
