@@ -25,7 +25,7 @@ from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import Journal, journal_prefix
 from durable.engine.outcomes import Continue, Immediate
 from durable.engine.replay import ReplayRecord, decode_replay, encode_replay
-from durable.errors import ArgumentMismatch, CodecError, NotInWorkflow
+from durable.errors import ArgumentMismatch, CodecError, InvalidArgument, NotInWorkflow
 from durable.store.clock import MockClock
 from durable.store.kv import KvNamespace
 from durable.store.log.writer import LogWriter
@@ -410,3 +410,13 @@ async def test_a_carry_over_hook_commits_with_the_reset(
         kv = engine.for_run("hook-1").queue.kv.internal()
         assert kv.get(b"workflow/test-carry/hook-1") == b"3"
     assert seen_by_hook == [("hook-1", 1), ("hook-1", 2), ("hook-1", 3)]
+
+
+def test_continue_internal_writes_are_checked() -> None:
+    """`Continue.internal` holds (bytes key, bytes or None) pairs, as a tuple."""
+    ok = Continue(b"", Immediate(), [(b"workflow/a", b"1"), (b"workflow/b", None)])  # type: ignore[arg-type]
+    assert ok.internal == ((b"workflow/a", b"1"), (b"workflow/b", None))
+    assert Continue(b"").internal == ()
+    for bad in (((b"k", 1),), (("k", b"v"),), ((b"k",),)):
+        with pytest.raises(InvalidArgument, match=r"Continue\.internal"):
+            Continue(b"", Immediate(), bad)  # type: ignore[arg-type]
