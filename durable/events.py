@@ -3,6 +3,7 @@
 Every transition of a run is one structlog event on the stdlib logger
 ``durable.events``: ``submit``, ``claim``, ``resume``, ``step_start``,
 ``step_end`` (with ``duration_ms``), ``retry``, ``signal``, ``suspend``,
+``continue_as_new``,
 ``terminate``, ``fence``, ``takeover`` and ``sweep`` (the table in
 ``docs/operating.md`` says what each carries). The keys ``run_id``,
 ``workflow``, ``step`` (a step's name), ``position`` (its journal position),
@@ -56,6 +57,7 @@ EVENT_NAMES: Mapping[str, int] = {
     "retry": logging.INFO,
     "signal": logging.INFO,
     "suspend": logging.INFO,
+    "continue_as_new": logging.INFO,
     "terminate": logging.INFO,
     "fence": logging.INFO,
     "takeover": logging.INFO,

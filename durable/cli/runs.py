@@ -54,7 +54,7 @@ def _row(s: RunSummary) -> Sequence[object]:
         s.state.value + (" (cancel requested)" if s.cancel_requested else ""),
         s.started.strftime("%Y-%m-%d %H:%M:%S"),
         "" if s.ended is None else s.ended.strftime("%Y-%m-%d %H:%M:%S"),
-        s.steps,
+        f"{s.steps} (incarnation {s.incarnation})" if s.incarnation else s.steps,
         now,
         error,
         " ".join(f"{k}={v}" for k, v in sorted(s.attributes.items())),

@@ -121,6 +121,7 @@ def _status_fields(status: WorkflowStatus) -> dict[str, Any]:
         "error_type": status.error_type,
         "error": status.error,
         "cancel_requested": status.cancel_requested,
+        "incarnation": status.incarnation,
         # Seam: run attributes, once the run index records them.
         "attributes": dict(getattr(status, "attributes", None) or {}),
     }
@@ -185,6 +186,7 @@ def render_run(document: dict[str, Any]) -> None:
                 "waits on": _waits_text(document["waiting"]),
                 "error": ": ".join(x for x in (document["error_type"], document["error"]) if x),
                 "cancel requested": "yes" if document["cancel_requested"] else None,
+                "continued as new": document.get("incarnation") or None,
                 "attributes": attributes,
             }
         )

@@ -30,6 +30,7 @@ and `@job` (`jobs`).
 from durable.decorators.attributes import set_attributes
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import run_id
+from durable.decorators.continuation import continue_as_new
 from durable.decorators.current import current_engine
 from durable.decorators.engine import Engine
 from durable.decorators.executors import InlineExecutor, StepExecutor
@@ -66,6 +67,7 @@ __all__ = [
     "WorkflowStarter",
     "WorkflowState",
     "WorkflowStatus",
+    "continue_as_new",
     "current_engine",
     "job",
     "patched",

@@ -63,9 +63,14 @@ HEADER_POSITION = "durable.parent_position"
 _CHILD = frozenset({CHILD})
 
 
-def child_run_id(parent_run_id: str, position: int, partitions: int | None = None) -> str:
+def child_run_id(
+    parent_run_id: str, position: int, partitions: int | None = None, incarnation: int = 0
+) -> str:
     """The run id of the child started at ``position`` of ``parent_run_id``:
-    ``{parent}-c{position}``, or a digest of both when that is too long.
+    ``{parent}-c{position}``, or a digest of both when that is too long. In
+    the parent's ``incarnation`` n > 0 (it continued as new n times:
+    `durable.decorators.continuation`), ``{parent}-i{n}c{position}``, so the
+    children of each incarnation have ids of their own.
 
     On a partitioned store (``partitions``; by default the current engine's
     count, None when unpartitioned) the id is minted into the parent's
@@ -74,9 +79,11 @@ def child_run_id(parent_run_id: str, position: int, partitions: int | None = Non
     if partitions is None:
         engine = engine_or_none()
         partitions = engine.partition_count if engine is not None else None
-    run_id = f"{parent_run_id}-c{position}"
+    tag = f"i{incarnation}" if incarnation else ""
+    run_id = f"{parent_run_id}-{tag}c{position}"
     if len(run_id) > MAX_RUN_ID_LEN:
-        digest = hashlib.sha256(f"{parent_run_id}/{position}".encode()).hexdigest()
+        where = f"{parent_run_id}/{position}" + (f"/{incarnation}" if incarnation else "")
+        digest = hashlib.sha256(where.encode()).hexdigest()
         run_id = f"c-{digest[:60]}"
     if partitions is None:
         return run_id
@@ -99,7 +106,7 @@ def call_child(
     and return the awaitable of its result."""
     position = run.next_position()
     entry = run.entry_at(position, _CHILD, definition.name, f"workflow {definition.name}")
-    child = child_run_id(run.run_id, position)
+    child = child_run_id(run.run_id, position, incarnation=run.incarnation)
     payload = encode_invocation(run.codec, definition.name, args, kwargs)
     start: asyncio.Task[None] | None = None
     if entry is None:

@@ -42,7 +42,9 @@ from durable.errors import NonDeterminismError, NotInWorkflow, StoreError, Untru
 if TYPE_CHECKING:
     from durable.decorators.base import EngineBase
     from durable.decorators.codec import Codec
+    from durable.decorators.continuation import ContinueAsNew
     from durable.decorators.journal import Entry, Journal
+    from durable.decorators.registry import WorkflowDefinition
     from durable.engine.delivery import Step
     from durable.store.clock import Clock
 
@@ -89,6 +91,12 @@ class RunContext:
         self.nondeterminism: NonDeterminismError | None = None
         #: ``durable.patched(id)`` answers so far, by id (the first call decides).
         self.patches: dict[str, bool] = {}
+        #: The run's workflow (set by the runner; ``durable.continue_as_new`` needs it).
+        self.definition: WorkflowDefinition | None = None
+        #: How many times the run has continued as new (its invocation's count).
+        self.incarnation = 0
+        #: The first ``durable.continue_as_new`` of this delivery, if any.
+        self.continued: ContinueAsNew | None = None
 
     @property
     def run_id(self) -> str:
@@ -273,7 +281,9 @@ def current_run(what: str) -> RunContext:
     """`active_run`, or `NotInWorkflow` naming ``what``."""
     step = _step.get()
     if step is not None:
-        raise NotInWorkflow(f"{what} (here inside the body of step {step!r})")
+        run = _run.get()
+        of = f" of run {run.run_id!r}" if run is not None else ""
+        raise NotInWorkflow(f"{what} (here inside the body of step {step!r}{of})")
     run = _run.get()
     if run is None:
         raise NotInWorkflow(what)

@@ -7,7 +7,9 @@ run, under the engine's reserved prefix::
     workflow/run-index/t/{2**64-1 - started_ms: 8 bytes big-endian}{run_id}
         -> {"v": 1, "workflow": name, "started": ms, "queue": name (unless
             the default), "attrs": {str: str}, "seq": n, "steps": n (once archived),
-            "ver": the workflow's version (`durable.decorators.versions`)}
+            "ver": the workflow's version (`durable.decorators.versions`),
+            "inc": its incarnation, once it continued as new
+            (`durable.decorators.continuation`)}
     workflow/run-index/r/{run_id} -> started_ms, 8 bytes big-endian
 
 The first (the *order key*) sorts newest first, ties by run id; the second
@@ -103,6 +105,9 @@ class IndexEntry:
     queue: str | None = None
     #: The workflow's version in the code that started the run (None: not recorded).
     version: str | None = None
+    #: How many times the run continued as new (``durable.continue_as_new``):
+    #: rewritten by the settlement that starts each new incarnation.
+    incarnation: int = 0
 
     def replace(self, **changes: Any) -> IndexEntry:
         """A copy with ``changes``."""
@@ -122,6 +127,8 @@ def encode_entry(entry: IndexEntry) -> bytes:
         m["queue"] = entry.queue
     if entry.version is not None:
         m["ver"] = entry.version
+    if entry.incarnation:
+        m["inc"] = entry.incarnation
     packed: bytes = msgpack.packb(m, use_bin_type=True)
     return packed
 
@@ -147,11 +154,14 @@ def decode_entry(run_id: str, data: bytes) -> IndexEntry:
             raise ValueError("bad queue")
         if not (version is None or isinstance(version, str)):
             raise ValueError("bad version")
+        incarnation = m.get("inc", 0)
+        if not isinstance(incarnation, int) or isinstance(incarnation, bool) or incarnation < 0:
+            raise ValueError("bad incarnation")
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as e:
         raise CorruptEngineRecord(
             f"the run index entry of run {run_id!r}", str(e) or type(e).__name__
         ) from None
-    return IndexEntry(run_id, workflow, started, attrs, seq, steps, queue, version)
+    return IndexEntry(run_id, workflow, started, attrs, seq, steps, queue, version, incarnation)
 
 
 def index_records(entry: IndexEntry) -> dict[bytes, bytes]:

@@ -3,7 +3,9 @@
 Every delivery of a workflow run carries the same payload, the encoded
 `Invocation`: a MessagePack map ``{"v": 1, "name": ..., "args": [...],
 "kwargs": {...}}`` where each argument is encoded on its own by the
-engine's codec (so an error names the argument). The workflow's name is
+engine's codec (so an error names the argument), and ``"inc": n`` in the
+payload of the n-th incarnation of a run that continued as new
+(`durable.decorators.continuation`; absent: 0, the run as started). The workflow's name is
 its durable identity: the process that runs the run finds the function by
 it (`durable.decorators.registry`).
 
@@ -74,6 +76,8 @@ class Invocation:
     name: str
     args: tuple[bytes, ...]
     kwargs: Mapping[str, bytes]
+    #: 0 for the run as started; n after its n-th ``durable.continue_as_new``.
+    incarnation: int = 0
 
     def check_fits(self, fn: Callable[..., Any], run_id: str, kind: str = "workflow") -> None:
         """`ArgumentMismatch` naming run ``run_id`` and the argument unless the
@@ -137,9 +141,11 @@ def encode_invocation(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     kind: str = "workflow",
+    incarnation: int = 0,
 ) -> bytes:
     """The payload of a run of workflow ``name`` (or job: ``kind`` names which,
-    for error messages) called with ``args`` and ``kwargs``."""
+    for error messages) called with ``args`` and ``kwargs``; ``incarnation``:
+    of a run continued as new that many times."""
     m = {
         "v": INVOCATION_VERSION,
         "name": name,
@@ -148,6 +154,8 @@ def encode_invocation(
             k: codec.dumps(v, what=f"argument {k!r} of {kind} {name}") for k, v in kwargs.items()
         },
     }
+    if incarnation:
+        m["inc"] = incarnation
     packed: bytes = msgpack.packb(m, use_bin_type=True)
     return packed
 
@@ -162,8 +170,11 @@ def decode_invocation(payload: bytes, run_id: str) -> Invocation:
         if not isinstance(version, int) or version > INVOCATION_VERSION:
             raise ValueError(f"format version {version!r}; this durable reads {INVOCATION_VERSION}")
         name, args, kwargs = m["name"], m.get("args", []), m.get("kwargs", {})
+        incarnation = m.get("inc", 0)
         if not isinstance(name, str) or not isinstance(args, list) or not isinstance(kwargs, dict):
             raise ValueError("name, args or kwargs has the wrong type")
+        if not isinstance(incarnation, int) or isinstance(incarnation, bool) or incarnation < 0:
+            raise ValueError(f"bad incarnation {incarnation!r}")
         if not all(isinstance(a, bytes) for a in args) or not all(
             isinstance(k, str) and isinstance(v, bytes) for k, v in kwargs.items()
         ):
@@ -173,4 +184,4 @@ def decode_invocation(payload: bytes, run_id: str) -> Invocation:
             f"run {run_id!r} does not carry a workflow invocation ({e}); it was not "
             "started by @workflow, or by a newer durable"
         ) from None
-    return Invocation(name, tuple(args), kwargs)
+    return Invocation(name, tuple(args), kwargs, incarnation)

@@ -235,6 +235,11 @@ class Journal:
             entries[position] = decode_entry(value, run_id, position)
         return cls(kv, memo, run_id, entries)
 
+    @property
+    def kv(self) -> KvNamespace:
+        """The internal KV view the journal reads and writes."""
+        return self._kv
+
     def get(self, position: int) -> Entry | None:
         """The entry at ``position``, or None."""
         return self._entries.get(position)

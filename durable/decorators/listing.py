@@ -87,6 +87,8 @@ class RunSummary:
     cancel_requested: bool = False
     #: The workflow's version in the code that started the run (None: not recorded).
     version: str | None = None
+    #: How many times the run has continued as new (0: never).
+    incarnation: int = 0
 
     def as_dict(self) -> dict[str, Any]:
         """The summary as JSON-ready data (times in ISO 8601, ``state`` its
@@ -112,6 +114,7 @@ class RunSummary:
             "attributes": dict(self.attributes),
             "cancel_requested": self.cancel_requested,
             "version": self.version,
+            "incarnation": self.incarnation,
         }
 
 
@@ -237,6 +240,7 @@ async def summarize(engine: EngineBase, entry: IndexEntry) -> RunSummary | None:
             error=error,
             attributes=entry.attributes,
             version=entry.version,
+            incarnation=entry.incarnation,
         )
     active = await where_active(engine, run_id)
     return RunSummary(
@@ -251,6 +255,7 @@ async def summarize(engine: EngineBase, entry: IndexEntry) -> RunSummary | None:
         attributes=entry.attributes,
         cancel_requested=active.cancel_requested,
         version=entry.version,
+        incarnation=entry.incarnation,
     )
 
 

@@ -14,7 +14,9 @@ ordinal of the publish among the run's publishes (taken when ``publish``
 is called, like a journal position). A delivery replays the workflow from
 its start, so a replayed publish carries the ordinal it had the first
 time: a write only lands when its ordinal is higher than the stored one,
-so a replay never takes a key back to an older value.
+so a replay never takes a key back to an older value. A run that continues
+as new restarts its ordinals (`restart_ordinal`, in the transaction that
+starts the new incarnation).
 
 When the run terminates its published values move to its archive
 (`durable.decorators.archive`), where ``handle.get`` still finds them
@@ -35,7 +37,14 @@ from durable.decorators.suspend import Abort
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord, InvalidArgument
 
-__all__ = ["check_key", "decode_published", "publish", "published_key", "published_prefix"]
+__all__ = [
+    "check_key",
+    "decode_published",
+    "publish",
+    "published_key",
+    "published_prefix",
+    "restart_ordinal",
+]
 
 # The number of publishes each delivery's workflow has made so far.
 _ordinals: weakref.WeakKeyDictionary[RunContext, int] = weakref.WeakKeyDictionary()
@@ -114,6 +123,14 @@ async def _write(run: RunContext, key: str, seq: int, data: bytes) -> None:
             f"run {run.run_id!r}: the value published under {key!r} could not be written: {e}",
             e,
         ) from e
+
+
+def restart_ordinal(data: bytes, run_id: str, key: str) -> bytes:
+    """The stored publish ``data`` of run ``run_id`` under ``key`` with an
+    ordinal below every publish's: what a new incarnation of the run starts
+    from (``durable.continue_as_new``: its publishes count from 0 again)."""
+    _, value = _decode(data, run_id, key)
+    return _encode(-1, value)
 
 
 def decode_published(codec: Codec, data: bytes, run_id: str, key: str) -> Any:

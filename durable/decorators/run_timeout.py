@@ -126,4 +126,4 @@ def clamp(outcome: Continue, deadline: Deadline, now_ms: int) -> Continue:
         trigger = After(left)
     else:
         return outcome
-    return Continue(outcome.payload, trigger)
+    return Continue(outcome.payload, trigger, outcome.internal)

@@ -16,6 +16,10 @@ function runs until it:
 - raises: the run fails with the encoded exception (`Fail`; see
   `durable.decorators.outcome`); a non-determinism fails it even if the
   workflow caught the error;
+- calls ``durable.continue_as_new``: the run starts its next incarnation
+  (``Continue`` with the new invocation, at once, its settlement resetting
+  the journal; `durable.decorators.continuation`), even if the workflow
+  caught the exception;
 - is quiescent on durable waits: the waits it reached are parked and
   nothing else runs (`durable.decorators.parking`); the delivery ends with
   ``Continue`` carrying the same invocation and one trigger for all of them;
@@ -46,6 +50,7 @@ from durable import events
 from durable._logging import get_logger
 from durable.decorators.children import cancel_children, resolve_child
 from durable.decorators.context import RunContext
+from durable.decorators.continuation import ContinueAsNew, continuation_writes
 from durable.decorators.debounce import begin
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, SIGNAL, Journal
@@ -64,6 +69,7 @@ from durable.engine.outcomes import (
     Cancel,
     Continue,
     Fail,
+    Immediate,
     OnSignal,
     StepError,
     StepOutcome,
@@ -170,6 +176,8 @@ class WorkflowRunner:
         except DurableError as e:
             return Fail(encode_failure(codec, step.run_id, e))
         run = RunContext(engine, step, journal, self._draining)
+        run.definition = definition
+        run.incarnation = invocation.incarnation
         if step.step_number > 0:
             events.emit(
                 "resume",
@@ -332,6 +340,20 @@ class _Delivery:
             outcome = clamp(outcome, self.deadline, run.clock.now_ms())
         return outcome
 
+    async def renew(self, request: ContinueAsNew) -> StepOutcome:
+        """End the delivery by starting the run's next incarnation
+        (`durable.decorators.continuation`): ``Continue`` with the new
+        invocation, now, its settlement resetting the journal."""
+        run = self.ctx
+        if run.nondeterminism is not None:
+            return Fail(encode_failure(run.codec, run.run_id, run.nondeterminism))
+        try:
+            internal = await continuation_writes(run, request)
+        except Exception as e:
+            raise StepError.transient(f"run {run.run_id!r}: continue-as-new failed: {e}") from e
+        events.emit("continue_as_new", run_id=run.run_id, incarnation=request.incarnation)
+        return Continue(request.payload, Immediate(), internal)
+
     async def outcome(self, main: asyncio.Task[Any]) -> StepOutcome:
         """The outcome of the function's finished task."""
         run = self.ctx
@@ -342,9 +364,15 @@ class _Delivery:
             return await self.suspend(s)
         except Abort as a:
             await _abort(run, a)
+        except ContinueAsNew as c:
+            return await self.renew(run.continued or c)
         except (Exception, asyncio.CancelledError) as e:
+            if run.continued is not None:  # the first continue_as_new decides
+                return await self.renew(run.continued)
             error: BaseException = run.nondeterminism or e
             return Fail(encode_failure(codec, run.run_id, error))
+        if run.continued is not None:
+            return await self.renew(run.continued)
         if run.nondeterminism is not None:
             return Fail(encode_failure(codec, run.run_id, run.nondeterminism))
         try:

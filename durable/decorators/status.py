@@ -127,6 +127,9 @@ class WorkflowStatus:
     #: The workflow's version in the code that started the run
     #: (`durable.decorators.versions`); None if not recorded.
     version: str | None = None
+    #: How many times the run has continued as new (``durable.continue_as_new``;
+    #: 0: never): it is in incarnation ``incarnation + 1``.
+    incarnation: int = 0
 
     @property
     def terminated(self) -> bool:
@@ -155,6 +158,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
     indexed = None if found is None else decode_entry(run_id, found[1])
     attributes = {} if indexed is None else dict(indexed.attributes)
     version = None if indexed is None else indexed.version
+    incarnation = 0 if indexed is None else indexed.incarnation
     if isinstance(status.state, Terminated):
         state, error_type, error = ended(status.state.termination)
         archive: Archive | None = None
@@ -170,6 +174,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
             error=error,
             attributes=attributes,
             version=version,
+            incarnation=incarnation,
         )
     active = await where_active(engine, run_id)
     return WorkflowStatus(
@@ -182,6 +187,7 @@ async def read_status(engine: EngineBase, run_id: str) -> WorkflowStatus | None:
         cancel_requested=active.cancel_requested,
         attributes=attributes,
         version=version,
+        incarnation=incarnation,
     )
 
 

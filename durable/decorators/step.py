@@ -195,7 +195,9 @@ class StepFunction(Generic[P, R]):
                 self.fn,
                 args,
                 kwargs,
-                key=f"{run.run_id}/{position}/{attempt}",
+                key=f"{run.run_id}/{run.incarnation}/{position}/{attempt}"
+                if run.incarnation
+                else f"{run.run_id}/{position}/{attempt}",
                 run_id=run.run_id,
                 step=self.name,
                 name=self.executor,

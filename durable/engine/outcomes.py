@@ -117,13 +117,32 @@ class StepOutcome:
 
 @dataclass(frozen=True, slots=True)
 class Continue(StepOutcome):
-    """Enqueue the next step with ``payload``; ``when`` decides when it is claimable."""
+    """Enqueue the next step with ``payload``; ``when`` decides when it is claimable.
+
+    ``internal``: ``(key, value)`` KV writes under the reserved ``workflow/``
+    prefix (a None value deletes the key) that commit with the settlement,
+    for layers built on the runtime (the decorators' continue-as-new resets
+    a run's journal so). Not checked against the prefix: never user keys.
+    """
 
     payload: bytes
     when: Trigger = field(default_factory=Immediate)
+    internal: tuple[tuple[bytes, bytes | None], ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "payload", check_bytes("Continue.payload", self.payload))
+        internal = tuple(self.internal)
+        for item in internal:
+            if (
+                not isinstance(item, tuple)
+                or len(item) != 2
+                or not isinstance(item[0], bytes)
+                or not isinstance(item[1], bytes | None)
+            ):
+                raise InvalidArgument(
+                    f"Continue.internal holds (bytes, bytes | None) pairs, got {item!r:.80}"
+                )
+        object.__setattr__(self, "internal", internal)
         if not isinstance(self.when, Trigger) or type(self.when) is Trigger:
             raise InvalidArgument(
                 f"Continue.when must be Immediate, After or OnSignal, got {self.when!r}"

@@ -64,7 +64,7 @@ class ReplayRecord:
             when = After(max(0.0, when.delay - elapsed))
         elif isinstance(when, OnSignal):
             when = OnSignal(when.correlation_key, max(0.001, when.timeout - elapsed))
-        return Continue(outcome.payload, when)
+        return Continue(outcome.payload, when, outcome.internal)
 
 
 def _trigger(t: Trigger) -> dict[str, Any]:
@@ -104,6 +104,8 @@ def encode_replay(record: ReplayRecord) -> bytes:
     o = record.outcome
     if isinstance(o, Continue):
         out: dict[str, Any] = {"t": "continue", "p": o.payload, "w": _trigger(o.when)}
+        if o.internal:
+            out["i"] = [list(pair) for pair in o.internal]
     elif isinstance(o, Succeed):
         out = {"t": "succeed", "r": o.result}
     elif isinstance(o, Fail):
@@ -139,7 +141,8 @@ def _decode_body(m: object) -> ReplayRecord:
     kind = o["t"]
     outcome: StepOutcome
     if kind == "continue":
-        outcome = Continue(_typed(o["p"], bytes), _untrigger(o["w"]))
+        internal = tuple((k, v) for k, v in _typed(o.get("i", []), list))
+        outcome = Continue(_typed(o["p"], bytes), _untrigger(o["w"]), internal)
     elif kind == "succeed":
         outcome = Succeed(_typed(o["r"], bytes))
     elif kind == "fail":

@@ -63,7 +63,7 @@ from durable.engine.runs import (
     validate_run_id,
 )
 from durable.engine.signals import Registration, signal_cleanup_keys
-from durable.engine.transitions import advance, user_headers
+from durable.engine.transitions import advance, internal_effects, user_headers
 from durable.errors import DurableError, InconsistentRunState, SignalWaiterExists
 from durable.store.queue import (
     Claim,
@@ -221,6 +221,7 @@ class StepWorker:
             raise FailWith(error, fx, retry_after=error.retry_after)
         fx = delivery.effects.apply_to(SettlementEffects())
         if isinstance(outcome, Continue):
+            internal_effects(dict(outcome.internal), fx)  # the layer's own records
             for key in signal_cleanup_keys(rec.headers, run_id, step):
                 fx.kv_delete(key)
             next_job = self.rt.queue.next_job_id()
