@@ -38,6 +38,7 @@ from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, MapHan
 from durable.decorators.listing import RunPage, RunSummary
 from durable.decorators.patching import patched
 from durable.decorators.publish import publish
+from durable.decorators.requests import Request, receive
 from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
@@ -55,6 +56,7 @@ __all__ = [
     "JobSubmitter",
     "MapHandle",
     "Progress",
+    "Request",
     "RunPage",
     "RunSummary",
     "ScheduleInfo",
@@ -70,6 +72,7 @@ __all__ = [
     "job",
     "patched",
     "publish",
+    "receive",
     "run_id",
     "set_attributes",
     "sleep",
