@@ -126,7 +126,11 @@ class Request:
         self._answered = True
         await publish(reply_key(self.name, self.id), answer)
         body = body_key(self.run_id, self.name, self.id)
-        await run.engine.for_key(body).workflows.default.clear_signal(body)
+        task = run.track()  # the delivery does not suspend while the delete is in flight
+        try:
+            await run.engine.for_key(body).workflows.default.clear_signal(body)
+        finally:
+            run.untrack(task)
 
 
 def _seconds(value: object) -> float:

@@ -105,7 +105,7 @@ async def engines(make_objects: Factory, clock: MockClock, client: bool) -> Asyn
 async def test_requests_are_answered_in_order_and_rejected_with_a_reason(
     make_objects: Factory, clock: MockClock, client: bool
 ) -> None:
-    async with engines(make_objects, clock, client):
+    async with engines(make_objects, clock, client) as engine:
         handle = await adder.start(3)
         ask = handle.request
         assert await asyncio.wait_for(ask("add", 2), LIMIT) == 2
@@ -115,6 +115,10 @@ async def test_requests_are_answered_in_order_and_rejected_with_a_reason(
         assert rejected.value.reason == "-1 is negative"
         assert await asyncio.wait_for(ask("add", 5), LIMIT) == 7
         assert await result(handle) == 7
+        # Each answer discarded its request's body: nothing is left buffered.
+        ring = ring_key(handle.run_id, "add")
+        kv = engine.for_key(ring).queue.kv.internal()
+        assert kv.count(keys.signal_buffer_key(ring + "/")) == 0
         with pytest.raises(WrongRunState, match=handle.run_id):  # ended: nothing is sent
             await handle.request("add", 1)
 

@@ -1,0 +1,60 @@
+"""A worker process serving requests, for the requests' kill -9 test.
+
+    python requests_child.py STORE LOG BLOCK   own the store and serve until killed
+
+The workflow receives ``work`` requests and answers each with the result
+of a step. The step appends ``start VALUE`` to LOG before its work and
+``done VALUE`` after it (one ``write`` each, O_APPEND), and holds while the
+file BLOCK exists, so a kill lands in it. Names are pinned: this file runs
+as ``__main__`` here and is imported under its own name by the test.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import durable
+
+LOG: list[int] = []  # the log's file descriptor, once opened
+BLOCK: list[Path] = []
+
+
+def say(line: str) -> None:
+    os.write(LOG[0], f"{line}\n".encode())
+
+
+@durable.step(name="reqkill.work")
+async def work(value: int) -> int:
+    say(f"start {value}")
+    while BLOCK[0].exists():  # the test removes it once it has killed a worker here
+        await asyncio.sleep(0.01)
+    say(f"done {value}")
+    return value * 2
+
+
+@durable.workflow(name="reqkill.served")
+async def served(count: int) -> list[int]:
+    answers = []
+    for _ in range(count):
+        req = await durable.receive("work")
+        assert req is not None
+        answer = await work(req.value)
+        await req.reply(answer)
+        answers.append(answer)
+    return answers
+
+
+async def main(store: str, log: str, block: str) -> None:
+    LOG.append(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
+    BLOCK.append(Path(block))
+    async with durable.Engine(store) as engine:
+        await engine.wait_owner()
+        say("ready")
+        await asyncio.Event().wait()  # until killed
+
+
+if __name__ == "__main__":
+    asyncio.run(main(*sys.argv[1:]))
