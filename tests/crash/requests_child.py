@@ -1,12 +1,14 @@
 """A worker process serving requests, for the requests' kill -9 test.
 
-    python requests_child.py STORE LOG BLOCK   own the store and serve until killed
+    python requests_child.py STORE LOG hold    own the store; each step holds until killed
+    python requests_child.py STORE LOG serve   own the store and serve until killed
 
 The workflow receives ``work`` requests and answers each with the result
 of a step. The step appends ``start VALUE`` to LOG before its work and
-``done VALUE`` after it (one ``write`` each, O_APPEND), and holds while the
-file BLOCK exists, so a kill lands in it. Names are pinned: this file runs
-as ``__main__`` here and is imported under its own name by the test.
+``done VALUE`` after it (one ``write`` each, O_APPEND); in a ``hold``
+worker it never finishes, so the test's kill lands in it. Names are
+pinned: this file runs as ``__main__`` here and is imported under its own
+name by the test.
 """
 
 from __future__ import annotations
@@ -14,12 +16,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-from pathlib import Path
 
 import durable
 
 LOG: list[int] = []  # the log's file descriptor, once opened
-BLOCK: list[Path] = []
+HOLD: list[bool] = []
 
 
 def say(line: str) -> None:
@@ -29,8 +30,8 @@ def say(line: str) -> None:
 @durable.step(name="reqkill.work")
 async def work(value: int) -> int:
     say(f"start {value}")
-    while BLOCK[0].exists():  # the test removes it once it has killed a worker here
-        await asyncio.sleep(0.01)
+    if HOLD[0]:
+        await asyncio.Event().wait()  # until killed
     say(f"done {value}")
     return value * 2
 
@@ -47,9 +48,9 @@ async def served(count: int) -> list[int]:
     return answers
 
 
-async def main(store: str, log: str, block: str) -> None:
+async def main(store: str, log: str, mode: str) -> None:
     LOG.append(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
-    BLOCK.append(Path(block))
+    HOLD.append(mode == "hold")
     async with durable.Engine(store) as engine:
         await engine.wait_owner()
         say("ready")

@@ -42,15 +42,14 @@ async def logged(log: Path, line: str, count: int = 1) -> None:
         await asyncio.sleep(0.005)
 
 
-def worker(store: Path, log: Path, block: Path) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, CHILD, str(store), str(log), str(block)])
+def worker(store: Path, log: Path, mode: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, CHILD, str(store), str(log), mode])
 
 
 async def test_a_request_survives_a_kill_of_its_worker(tmp_path: Path) -> None:
-    store, log, block = tmp_path / "store", tmp_path / "steps.log", tmp_path / "block"
+    store, log = tmp_path / "store", tmp_path / "steps.log"
     log.touch()
-    block.touch()
-    first = worker(store, log, block)
+    first = worker(store, log, "hold")
     second = None
     try:
         await logged(log, "ready")
@@ -61,11 +60,10 @@ async def test_a_request_survives_a_kill_of_its_worker(tmp_path: Path) -> None:
             await logged(log, "start 5")  # received, journaled, its step runs
             os.kill(first.pid, signal.SIGKILL)
             first.wait(timeout=30)
-            block.unlink()
             assert not asked.done()
             # No worker runs: this request waits durably in the store's inbox.
             later = asyncio.ensure_future(handle.request("work", 7))
-            second = worker(store, log, block)
+            second = worker(store, log, "serve")
             assert await asyncio.wait_for(asked, LIMIT) == 10
             assert await asyncio.wait_for(later, LIMIT) == 14
             assert await asyncio.wait_for(handle.result(), LIMIT) == [10, 14]
