@@ -82,6 +82,15 @@ async def twice() -> str:
     return "answered twice"
 
 
+@durable.workflow(name="requests.later")
+async def later() -> str:
+    req = await durable.receive("ask")
+    assert req is not None
+    await req.reply("noted")
+    await durable.sleep(10)  # a later delivery replays the receive: its body is gone
+    return f"{req.value} ({req.id == durable.run_id()})"
+
+
 @durable.workflow(name="requests.chat")
 async def chat(greeting: str) -> list[str]:
     said = [greeting]
@@ -172,6 +181,19 @@ async def test_a_run_that_ends_without_answering_raises_unanswered(
             await asyncio.wait_for(handle.request("ask", "please"), LIMIT)
         assert unanswered.value.name == "ask"
         assert await result(handle) == "ignored please"
+
+
+async def test_a_replay_receives_the_journaled_request(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    async with make_engine(make_objects, clock) as engine:
+        handle = await later.start()
+        assert await asyncio.wait_for(handle.request("ask", "tea"), LIMIT) == "noted"
+        waiting = await asyncio.wait_for(handle.waiting(), LIMIT)
+        while waiting is not None and waiting.signal_key is not None:  # until in the sleep
+            waiting = await asyncio.wait_for(handle.waiting(after=waiting), LIMIT)
+        clock.advance(10)
+        assert await result(handle) == "tea (False)"
 
 
 async def test_a_request_is_answered_at_most_once(make_objects: Factory, clock: MockClock) -> None:
