@@ -186,7 +186,7 @@ async def test_a_run_that_ends_without_answering_raises_unanswered(
 async def test_a_replay_receives_the_journaled_request(
     make_objects: Factory, clock: MockClock
 ) -> None:
-    async with make_engine(make_objects, clock) as engine:
+    async with make_engine(make_objects, clock):
         handle = await later.start()
         assert await asyncio.wait_for(handle.request("ask", "tea"), LIMIT) == "noted"
         waiting = await asyncio.wait_for(handle.waiting(), LIMIT)
