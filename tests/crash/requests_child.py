@@ -1,7 +1,9 @@
 """A worker process serving requests, for the requests' kill -9 test.
 
-    python requests_child.py STORE LOG hold    own the store; each step holds until killed
-    python requests_child.py STORE LOG serve   own the store and serve until killed
+    python requests_child.py STORE LOG hold P    own the store; each step holds until killed
+    python requests_child.py STORE LOG serve P   own the store and serve until killed
+
+(P: the store's partition count, 0 for an unpartitioned store.)
 
 The workflow receives ``work`` requests and answers each with the result
 of a step. The step appends ``start VALUE`` to LOG before its work and
@@ -48,10 +50,10 @@ async def served(count: int) -> list[int]:
     return answers
 
 
-async def main(store: str, log: str, mode: str) -> None:
+async def main(store: str, log: str, mode: str, partitions: str) -> None:
     LOG.append(os.open(log, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644))
     HOLD.append(mode == "hold")
-    async with durable.Engine(store) as engine:
+    async with durable.Engine(store, partitions=int(partitions) or None) as engine:
         await engine.wait_owner()
         say("ready")
         await asyncio.Event().wait()  # until killed

@@ -1,6 +1,7 @@
 """kill -9 of the worker between a request's receipt and its reply (issue 19 point 2).
 
-A worker process (`requests_child.py`) owns a local directory store and
+A worker process (`requests_child.py`) owns a local directory store (one
+store, or 8 partitions) and
 runs a workflow that answers ``work`` requests with a step's result. This
 test is a client engine of the same store: it sends a request and, once
 the worker's step for it has begun (the step's log line, not the clock),
@@ -42,18 +43,20 @@ async def logged(log: Path, line: str, count: int = 1) -> None:
         await asyncio.sleep(0.005)
 
 
-def worker(store: Path, log: Path, mode: str) -> subprocess.Popen[bytes]:
-    return subprocess.Popen([sys.executable, CHILD, str(store), str(log), mode])
+def worker(store: Path, log: Path, mode: str, partitions: int) -> subprocess.Popen[bytes]:
+    args = [str(store), str(log), mode, str(partitions)]
+    return subprocess.Popen([sys.executable, CHILD, *args])
 
 
-async def test_a_request_survives_a_kill_of_its_worker(tmp_path: Path) -> None:
+@pytest.mark.parametrize("partitions", [0, 8], ids=["one-store", "8-partitions"])
+async def test_a_request_survives_a_kill_of_its_worker(tmp_path: Path, partitions: int) -> None:
     store, log = tmp_path / "store", tmp_path / "steps.log"
     log.touch()
-    first = worker(store, log, "hold")
+    first = worker(store, log, "hold", partitions)
     second = None
     try:
         await logged(log, "ready")
-        async with durable.Engine(store, role="client") as client:
+        async with durable.Engine(store, role="client", partitions=partitions or None) as client:
             assert not client.owner
             handle = await served.options(run_id="served-1").start(2)
             asked = asyncio.ensure_future(handle.request("work", 5))
@@ -63,7 +66,7 @@ async def test_a_request_survives_a_kill_of_its_worker(tmp_path: Path) -> None:
             assert not asked.done()
             # No worker runs: this request waits durably in the store's inbox.
             later = asyncio.ensure_future(handle.request("work", 7))
-            second = worker(store, log, "serve")
+            second = worker(store, log, "serve", partitions)
             assert await asyncio.wait_for(asked, LIMIT) == 10
             assert await asyncio.wait_for(later, LIMIT) == 14
             assert await asyncio.wait_for(handle.result(), LIMIT) == [10, 14]
