@@ -82,6 +82,9 @@ DurableError
     ├── WrongRunState                a run control refused by the run's state
     │                                (resume of a live run, forget of an active one)
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
+    ├── RequestRejected              a run rejected a request (`Request.reject`)
+    ├── RequestUnanswered            a run ended without answering a request
+    ├── RequestAlreadyAnswered       a request replied to or rejected twice
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
     │   └── TypeMismatch             a value does not fit its annotation or type=
@@ -150,7 +153,10 @@ __all__ = [
     "PayloadMissing",
     "QueueError",
     "ReadOnlyStore",
+    "RequestAlreadyAnswered",
     "RequestFailed",
+    "RequestRejected",
+    "RequestUnanswered",
     "ReservedHeader",
     "ReservedKey",
     "ReservedMemoKey",
@@ -1158,6 +1164,46 @@ class NotPublished(WorkflowError, LookupError):
         )
         self.run_id = run_id
         self.key = key
+
+
+class RequestRejected(WorkflowError):
+    """The run rejected the request (``await req.reject(reason)``):
+    ``reason`` is what it said; nothing was answered."""
+
+    def __init__(self, run_id: str, name: str, request_id: str, reason: str) -> None:
+        super().__init__(f"run {run_id!r} rejected request {name!r} ({request_id}): {reason}")
+        self.run_id = run_id
+        self.name = name
+        self.request_id = request_id
+        self.reason = reason
+
+
+class RequestUnanswered(WorkflowError):
+    """The run ended (succeeded, failed or was cancelled) without replying
+    to the request nor rejecting it."""
+
+    def __init__(self, run_id: str, name: str, request_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r} ended without answering request {name!r} ({request_id}); "
+            "a run answers a request with `await req.reply(value)` or `req.reject(reason)`"
+        )
+        self.run_id = run_id
+        self.name = name
+        self.request_id = request_id
+
+
+class RequestAlreadyAnswered(WorkflowError):
+    """``reply`` or ``reject`` on a request already answered: each request
+    is answered at most once; the first answer stands."""
+
+    def __init__(self, run_id: str, name: str, request_id: str) -> None:
+        super().__init__(
+            f"run {run_id!r}: request {name!r} ({request_id}) is already answered; "
+            "a request is answered once"
+        )
+        self.run_id = run_id
+        self.name = name
+        self.request_id = request_id
 
 
 class WorkflowFailed(WorkflowError):

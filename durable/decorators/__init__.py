@@ -39,6 +39,7 @@ from durable.decorators.jobs import JobFunction, JobHandle, JobSubmitter, MapHan
 from durable.decorators.listing import RunPage, RunSummary
 from durable.decorators.patching import patched
 from durable.decorators.publish import publish
+from durable.decorators.requests import Request, receive
 from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
@@ -56,6 +57,7 @@ __all__ = [
     "JobSubmitter",
     "MapHandle",
     "Progress",
+    "Request",
     "RunPage",
     "RunSummary",
     "ScheduleInfo",
@@ -72,6 +74,7 @@ __all__ = [
     "job",
     "patched",
     "publish",
+    "receive",
     "run_id",
     "set_attributes",
     "sleep",

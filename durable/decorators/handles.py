@@ -13,6 +13,7 @@ from durable.decorators.children import cancel_tree
 from durable.decorators.moves import across_moves
 from durable.decorators.outcome import read_result
 from durable.decorators.published import wait_published
+from durable.decorators.requests import send_request
 from durable.decorators.stall import wait_or_stall
 from durable.decorators.status import WorkflowStatus, read_status
 from durable.decorators.typed import from_plain
@@ -116,6 +117,24 @@ class WorkflowHandle(Generic[R]):
         return from_plain(
             value, type, f"the value run {self.run_id!r} published under {key!r}", strict=True
         )
+
+    async def request(
+        self,
+        name: str,
+        value: object = None,
+        timeout: float | None = None,  # noqa: ASYNC109
+    ) -> Any:
+        """Send request ``name`` with ``value`` to the run, which takes it with
+        ``durable.receive(name)``, and return its reply. Raises
+        `RequestRejected` (with the run's reason) if it rejects the request,
+        `RequestUnanswered` if the run ends without answering,
+        `TimeoutError` after ``timeout`` seconds of the engine's clock (None:
+        no limit; the request is withdrawn), `RunNotFound` for an unknown run
+        and `WrongRunState` for one that has ended (nothing is sent). The
+        request is durable once sent: a crash of the run's worker hands it to
+        the replayed run, and the caller gets one answer. See
+        `durable.decorators.requests`."""
+        return await send_request(self._engine, self.run_id, name, value, timeout)
 
     async def waiting(
         self,

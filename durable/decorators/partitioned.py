@@ -49,6 +49,7 @@ from durable.cluster.signal_route import PartitionSignalRoute
 from durable.decorators.base import EngineBase
 from durable.decorators.children import child_key
 from durable.decorators.modes import OwnerMode
+from durable.decorators.request_keys import request_run
 from durable.decorators.services import default_services
 from durable.decorators.session import Role, StoreSession
 from durable.errors import NoEngine, SelfFenced
@@ -87,9 +88,13 @@ def signal_home(key: str, partitions: int) -> int:
     """The home partition of signal key ``key``: a child run's key
     (`durable.decorators.children.child_key`) lives with the child, minted
     into its parent's partition, so the child's terminal signal and its
-    parent's wait stay local; any other key by its hash (`partition_of`)."""
+    parent's wait stay local; a request's keys
+    (`durable.decorators.request_keys`) live with the run they are for; any
+    other key by its hash (`partition_of`)."""
     if key.startswith(_CHILD_KEY_PREFIX) and len(key) > len(_CHILD_KEY_PREFIX):
         return partition_of(key[len(_CHILD_KEY_PREFIX) :], partitions)
+    if (run_id := request_run(key)) is not None:  # a request's keys live with its run
+        return partition_of(run_id, partitions)
     return partition_of(key, partitions)
 
 

@@ -111,6 +111,31 @@ class WorkflowStarter(Generic[P, R]):
         """Start a run with these arguments; its handle (durable when this returns).
         Arguments that do not fit the workflow's signature raise
         `ArgumentMismatch` (a `TypeError`) naming it, and start nothing."""
+        return await self._start(args, kwargs, None)
+
+    async def start_with_signal(
+        self, *args: Any, key: str, value: object = None, **kwargs: Any
+    ) -> WorkflowHandle[R]:
+        """Start the run of this starter's ``run_id`` if it is absent and
+        deliver the signal ``value`` under ``key`` to it (what
+        ``durable.wait_for_signal(key)`` returns), in one call: the first
+        message of a chat and the later ones go the same way. Where the
+        key's home is the run's partition (always on one store) a new run
+        and its signal commit together; see `durable.decorators.start_signal`.
+        Its handle; `WrongRunState` for a run that has ended (nothing sent).
+        (``key`` and ``value`` are keyword-only, so the arguments are not
+        type-checked against the workflow here: `ArgumentMismatch` at the call.)"""
+        from durable.decorators.start_signal import start_with_signal
+
+        return await start_with_signal(self, args, kwargs, key, value)
+
+    async def _start(
+        self,
+        args: tuple[Any, ...],
+        kwargs: dict[str, Any],
+        extra: Mapping[bytes, bytes] | None,
+    ) -> WorkflowHandle[R]:
+        """`start`, committing the reserved KV puts ``extra`` with a new run."""
         definition = self.definition
         bind_arguments(definition.fn, "workflow", definition.name, args, kwargs)
         engine = current_engine(f"starting workflow {definition.name!r}")
@@ -128,10 +153,10 @@ class WorkflowStarter(Generic[P, R]):
             )
             # The last start's arguments win.
             return WorkflowHandle(engine, debounced, result_type=return_hint(definition.fn))
-        run_id, records = self.run_id, None
+        run_id, records = self.run_id, dict(extra) if extra else None
         if self.dedup_key is not None:  # durable.decorators.dedup
             run_id = dedup_run_id(engine, definition.name, self.dedup_key, run_id)
-            records = dedup_records(definition.name, self.dedup_key, run_id)
+            records = {**(records or {}), **dedup_records(definition.name, self.dedup_key, run_id)}
         run_id = await submit_run(
             engine,
             self.definition,
