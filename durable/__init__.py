@@ -37,12 +37,14 @@ from durable.decorators import (
     ScheduleInfo,
     StepExecutor,
     StepFunction,
+    StreamDiscarded,
     Waiting,
     Workflow,
     WorkflowHandle,
     WorkflowStarter,
     WorkflowState,
     WorkflowStatus,
+    close_stream,
     job,
     patched,
     publish,
@@ -52,6 +54,7 @@ from durable.decorators import (
     step,
     wait_for_signal,
     workflow,
+    write_stream,
 )
 from durable.engine.signals import SignalOutcome
 from durable.errors import (
@@ -75,6 +78,7 @@ from durable.errors import (
     StaleEpoch,
     StepMaybeExecutedError,
     StoreNotFound,
+    StreamClosed,
     TypeMismatch,
     UnknownExecutor,
     UnknownWorkflow,
@@ -120,6 +124,8 @@ __all__ = [
     "StepFunction",
     "StepMaybeExecutedError",
     "StoreNotFound",
+    "StreamClosed",
+    "StreamDiscarded",
     "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
@@ -134,6 +140,7 @@ __all__ = [
     "WorkflowState",
     "WorkflowStatus",
     "WrongRunState",
+    "close_stream",
     "job",
     "patched",
     "publish",
@@ -143,4 +150,5 @@ __all__ = [
     "step",
     "wait_for_signal",
     "workflow",
+    "write_stream",
 ]

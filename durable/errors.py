@@ -82,6 +82,7 @@ DurableError
     ├── WrongRunState                a run control refused by the run's state
     │                                (resume of a live run, forget of an active one)
     ├── NotPublished                 a run ended without publishing a key (also LookupError)
+    ├── StreamClosed                 a write to a closed stream of a run
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
     │   └── TypeMismatch             a value does not fit its annotation or type=
@@ -167,6 +168,7 @@ __all__ = [
     "StoreError",
     "StoreNotFound",
     "StoreNotInitialized",
+    "StreamClosed",
     "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
@@ -1155,6 +1157,18 @@ class NotPublished(WorkflowError, LookupError):
         super().__init__(
             f"run {run_id!r} has terminated without publishing anything under {key!r}; "
             "check the key against the workflow's durable.publish calls"
+        )
+        self.run_id = run_id
+        self.key = key
+
+
+class StreamClosed(WorkflowError):
+    """A value was written to a stream of a run after the stream was closed
+    (``durable.close_stream``); nothing was written."""
+
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(
+            f"stream {key!r} of run {run_id!r} is closed: nothing more can be written to it"
         )
         self.run_id = run_id
         self.key = key

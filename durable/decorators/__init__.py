@@ -41,6 +41,7 @@ from durable.decorators.publish import publish
 from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
+from durable.decorators.streams import StreamDiscarded, close_stream, write_stream
 from durable.decorators.waiting import Waiting
 from durable.decorators.waits import sleep, wait_for_signal
 from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
@@ -60,12 +61,14 @@ __all__ = [
     "ScheduleInfo",
     "StepExecutor",
     "StepFunction",
+    "StreamDiscarded",
     "Waiting",
     "Workflow",
     "WorkflowHandle",
     "WorkflowStarter",
     "WorkflowState",
     "WorkflowStatus",
+    "close_stream",
     "current_engine",
     "job",
     "patched",
@@ -76,4 +79,5 @@ __all__ = [
     "step",
     "wait_for_signal",
     "workflow",
+    "write_stream",
 ]

@@ -7,6 +7,7 @@ a restart. Everything it reports is read from the store.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from durable.decorators.children import cancel_tree
@@ -14,6 +15,7 @@ from durable.decorators.outcome import read_result
 from durable.decorators.published import wait_published
 from durable.decorators.stall import wait_or_stall
 from durable.decorators.status import WorkflowStatus, read_status
+from durable.decorators.stream_read import read_stream, stream_offset
 from durable.decorators.typed import from_plain
 from durable.decorators.waiting import Waiting, wait_until_waiting
 from durable.engine.runs import validate_run_id
@@ -106,6 +108,21 @@ class WorkflowHandle(Generic[R]):
         return from_plain(
             value, type, f"the value run {self.run_id!r} published under {key!r}", strict=True
         )
+
+    def read_stream(self, key: str, offset: int = 0) -> AsyncIterator[Any]:
+        """The items of the run's stream ``key`` (`durable.write_stream`) from
+        ``offset`` on, as they are written: ``async for value in
+        handle.read_stream(key)``. Each item is a written value, or a
+        `StreamDiscarded` marker (a step attempt that wrote values was
+        discarded). Ends once the stream is closed (`durable.close_stream`)
+        or the run has ended, and every item is read; `RunNotFound` for an
+        unknown run. Watches the store, no polling."""
+        return read_stream(self._engine, self.run_id, key, offset)
+
+    async def stream_offset(self, key: str) -> int:
+        """How many items the run's stream ``key`` holds now (the offset of
+        the next one; 0 if never written); `RunNotFound` for an unknown run."""
+        return await stream_offset(self._engine, self.run_id, key)
 
     async def waiting(
         self,
