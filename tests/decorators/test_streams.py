@@ -238,3 +238,59 @@ async def test_bad_input_raises_typed_errors(make_objects: Factory, clock: MockC
             await read_all(engine.handle("no-such-run"), "out")
         with pytest.raises(InvalidArgument, match="offset"):
             await read_all(handle, "out", -1)
+
+
+# ------------------------------------------------------------------ from a client
+
+
+async def test_a_client_reads_streams_as_they_are_written(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """A ``role="client"`` engine (what a web server runs) reads through its
+    own view of the log: the step's values while it runs, the end at close."""
+    flaky_calls.clear()
+    async with (
+        make_engine(make_objects, clock) as owner,
+        make_engine(make_objects, clock, role="client") as client,
+    ):
+        assert not client.owner
+        handle = await chat.start("cl1")  # started by the client
+        stream = handle.read_stream("tokens")
+        seen = [await asyncio.wait_for(anext(stream), LIMIT) for _ in range(3)]
+        assert seen == ["t0", "t1", "t2"]
+        assert await handle.stream_offset("tokens") == 3
+        gate("cl1").set()
+        with pytest.raises(StopAsyncIteration):
+            await asyncio.wait_for(anext(stream), LIMIT)
+        await owner.signal("cl1:end")
+        assert await result(handle) == "done"
+        retry = await retried.start("cl2")
+        assert await result(retry) == 3
+        items = await read_all(retry, "out")
+        marker = durable.StreamDiscarded(retry.run_id, "out", "streams.flaky", 1, 0, 2)
+        assert items[2] == marker
+        assert len(items) == 8
+        big = await bulk.start(300)
+        await result(big)
+        await archived(owner, big.run_id)
+        assert await read_all(big, "out", 290) == list(range(290, 300))
+        with pytest.raises(RunNotFound, match="no-such-run"):
+            await read_all(client.handle("no-such-run"), "out")
+
+
+async def test_streams_on_a_partitioned_store(make_objects: Factory, clock: MockClock) -> None:
+    """Eight partitions whatever ``DURABLE_TEST_PARTITIONS`` says: runs in
+    several partitions, read by the owner and by a client."""
+    async with (
+        make_engine(make_objects, clock, partitions=8) as owner,
+        make_engine(make_objects, clock, role="client", partitions=8) as client,
+    ):
+        handles = [await bulk.start(20 + i) for i in range(6)]
+        partitions = {owner.for_run(h.run_id) for h in handles}
+        assert len(partitions) > 1
+        for i, handle in enumerate(handles):
+            assert await result(handle) == 20 + i
+            assert await read_all(handle, "out") == list(range(20 + i))
+            again = client.handle(handle.run_id)
+            assert await read_all(again, "out") == list(range(20 + i))
+            assert await again.stream_offset("out") == 20 + i
