@@ -83,7 +83,7 @@ log = get_logger("durable.streams")
 
 #: Seconds a step's buffered stream values wait for company before the
 #: buffer commits them (event-loop time: it paces I/O, like the log's retries).
-LINGER = 0.01
+LINGER = 0.025
 _VERSION = 1
 
 
