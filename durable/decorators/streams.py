@@ -68,6 +68,7 @@ __all__ = [
     "StreamMeta",
     "check_stream_key",
     "close_stream",
+    "continue_records",
     "decode_item",
     "decode_meta",
     "item_key",
@@ -205,6 +206,23 @@ def decode_item(data: bytes, run_id: str, key: str, offset: int) -> bytes | Stre
     ):
         return StreamDiscarded(run_id, key, marker[0], marker[1], marker[2], marker[3])
     raise CorruptEngineRecord(what, "neither a value nor a discard marker")
+
+
+def continue_records(kv: KvNamespace, run_id: str) -> dict[bytes, bytes]:
+    """The puts that carry run ``run_id``'s open streams over into a new
+    incarnation of the run (``durable.continue_as_new``), to commit with it:
+    each stream's count of stored body writes back to 0, so the new
+    incarnation's body writes, numbered from 0 again, land (its replays
+    still write nothing). ``kv`` is the internal view of the run's store."""
+    prefix = stream_prefix(run_id) + b"m/"
+    puts: dict[bytes, bytes] = {}
+    for mkey, stored in kv.snapshot(prefix):
+        key = bytes.fromhex(mkey[len(prefix) :].decode()).decode()
+        meta = decode_meta(stored, run_id, key)
+        if meta.body:
+            meta.body = 0
+            puts[mkey] = meta.encode()
+    return puts
 
 
 # ------------------------------------------------------------------ writers

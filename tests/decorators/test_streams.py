@@ -14,7 +14,7 @@ import pytest
 from decorator_helpers import LIMIT, Factory, archived, kv_count, make_engine, result, sweep_memos
 
 import durable
-from durable.decorators.streams import stream_prefix
+from durable.decorators.streams import continue_records, decode_meta, meta_key, stream_prefix
 from durable.errors import CodecError, InvalidArgument, NotInWorkflow, RunNotFound, StreamClosed
 from durable.store.clock import MockClock
 
@@ -294,3 +294,18 @@ async def test_streams_on_a_partitioned_store(make_objects: Factory, clock: Mock
             again = client.handle(handle.run_id)
             assert await read_all(again, "out") == list(range(20 + i))
             assert await again.stream_offset("out") == 20 + i
+
+
+async def test_continue_records_let_a_new_incarnation_write_from_its_body(
+    make_objects: Factory, clock: MockClock
+) -> None:
+    """The hook for ``continue_as_new``: committed with the new incarnation,
+    `continue_records` makes its body writes (ordinals from 0 again) land."""
+    async with make_engine(make_objects, clock) as engine:
+        handle = await body.start("k1")
+        await asyncio.wait_for(handle.waiting(), LIMIT)
+        kv = engine.for_run(handle.run_id).queue.kv.internal()
+        puts = continue_records(kv, handle.run_id)
+        assert list(puts) == [meta_key(handle.run_id, "out")]
+        assert decode_meta(puts[meta_key(handle.run_id, "out")], handle.run_id, "out").body == 0
+        assert continue_records(kv, "no-such-run") == {}
