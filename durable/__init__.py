@@ -38,12 +38,14 @@ from durable.decorators import (
     ScheduleInfo,
     StepExecutor,
     StepFunction,
+    StreamDiscarded,
     Waiting,
     Workflow,
     WorkflowHandle,
     WorkflowStarter,
     WorkflowState,
     WorkflowStatus,
+    close_stream,
     continue_as_new,
     job,
     patched,
@@ -55,6 +57,7 @@ from durable.decorators import (
     step,
     wait_for_signal,
     workflow,
+    write_stream,
 )
 from durable.engine.signals import SignalOutcome
 from durable.errors import (
@@ -81,6 +84,7 @@ from durable.errors import (
     StaleEpoch,
     StepMaybeExecutedError,
     StoreNotFound,
+    StreamClosed,
     TypeMismatch,
     UnknownExecutor,
     UnknownWorkflow,
@@ -130,6 +134,8 @@ __all__ = [
     "StepFunction",
     "StepMaybeExecutedError",
     "StoreNotFound",
+    "StreamClosed",
+    "StreamDiscarded",
     "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
@@ -145,6 +151,7 @@ __all__ = [
     "WorkflowStatus",
     "WrongRunState",
     "continue_as_new",
+    "close_stream",
     "job",
     "patched",
     "publish",
@@ -155,4 +162,5 @@ __all__ = [
     "step",
     "wait_for_signal",
     "workflow",
+    "write_stream",
 ]

@@ -85,6 +85,7 @@ DurableError
     ├── RequestRejected              a run rejected a request (`Request.reject`)
     ├── RequestUnanswered            a run ended without answering a request
     ├── RequestAlreadyAnswered       a request replied to or rejected twice
+    ├── StreamClosed                 a write to a closed stream of a run
     ├── WorkflowFailed               the workflow raised (its exception not rebuilt)
     ├── CodecError                   a value cannot be encoded or decoded (also TypeError)
     │   └── TypeMismatch             a value does not fit its annotation or type=
@@ -173,6 +174,7 @@ __all__ = [
     "StoreError",
     "StoreNotFound",
     "StoreNotInitialized",
+    "StreamClosed",
     "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
@@ -1204,6 +1206,18 @@ class RequestAlreadyAnswered(WorkflowError):
         self.run_id = run_id
         self.name = name
         self.request_id = request_id
+
+
+class StreamClosed(WorkflowError):
+    """A value was written to a stream of a run after the stream was closed
+    (``durable.close_stream``); nothing was written."""
+
+    def __init__(self, run_id: str, key: str) -> None:
+        super().__init__(
+            f"stream {key!r} of run {run_id!r} is closed: nothing more can be written to it"
+        )
+        self.run_id = run_id
+        self.key = key
 
 
 class WorkflowFailed(WorkflowError):

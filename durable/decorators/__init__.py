@@ -43,6 +43,7 @@ from durable.decorators.requests import Request, receive
 from durable.decorators.schedules import ScheduleInfo
 from durable.decorators.status import WorkflowState, WorkflowStatus
 from durable.decorators.step import StepFunction, step
+from durable.decorators.streams import StreamDiscarded, close_stream, write_stream
 from durable.decorators.waiting import Waiting
 from durable.decorators.waits import sleep, wait_for_signal
 from durable.decorators.workflow import Workflow, WorkflowStarter, workflow
@@ -63,6 +64,7 @@ __all__ = [
     "ScheduleInfo",
     "StepExecutor",
     "StepFunction",
+    "StreamDiscarded",
     "Waiting",
     "Workflow",
     "WorkflowHandle",
@@ -70,6 +72,7 @@ __all__ = [
     "WorkflowState",
     "WorkflowStatus",
     "continue_as_new",
+    "close_stream",
     "current_engine",
     "job",
     "patched",
@@ -81,4 +84,5 @@ __all__ = [
     "step",
     "wait_for_signal",
     "workflow",
+    "write_stream",
 ]

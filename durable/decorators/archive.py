@@ -28,7 +28,8 @@
 
 The archive is a memo value ``{"v": 1, "invocation": bytes | None,
 "journal": [[position, entry bytes], ...], "published": {key: bytes}}``
-holding the stored KV values as they were.
+and ``"streams": [[key suffix, bytes], ...]`` (absent: none), holding the
+stored KV values as they were.
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from durable.decorators.index import decode_entry, encode_entry, find_entry, ind
 from durable.decorators.journal import INLINE_MAX, Journal, entry_key, journal_prefix
 from durable.decorators.progress import progress_key
 from durable.decorators.publish import published_prefix
+from durable.decorators.streams import stream_prefix
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord
 from durable.store.log.batch import WriteBatch
@@ -128,6 +130,9 @@ class Archive:
     invocation: bytes | None = None
     journal: dict[int, bytes] = field(default_factory=dict)
     published: dict[str, bytes] = field(default_factory=dict)
+    #: The run's stream records (`durable.decorators.streams`): KV key
+    #: after the run's stream prefix -> value.
+    streams: dict[bytes, bytes] = field(default_factory=dict)
 
 
 def _encode(archive: Archive) -> dict[str, Any]:
@@ -136,6 +141,7 @@ def _encode(archive: Archive) -> dict[str, Any]:
         "invocation": archive.invocation,
         "journal": [[p, e] for p, e in sorted(archive.journal.items())],
         "published": dict(archive.published),
+        "streams": [[k, v] for k, v in sorted(archive.streams.items())],
     }
 
 
@@ -149,6 +155,7 @@ def _decode(m: object, run_id: str) -> Archive:
         invocation = m.get("invocation")
         journal = {p: e for p, e in m.get("journal", [])}
         published = dict(m.get("published", {}))
+        streams = {k: v for k, v in m.get("streams", [])}
         if invocation is not None and not isinstance(invocation, bytes):
             raise ValueError("the invocation is not bytes")
         if not all(isinstance(p, int) for p in journal) or not all(
@@ -157,9 +164,11 @@ def _decode(m: object, run_id: str) -> Archive:
             raise ValueError("a journal position is not an int, or a published key not a str")
         if not all(isinstance(v, bytes) for v in (*journal.values(), *published.values())):
             raise ValueError("a stored value is not bytes")
+        if not all(isinstance(k, bytes) and isinstance(v, bytes) for k, v in streams.items()):
+            raise ValueError("a stream record is not bytes")
     except (ValueError, TypeError) as e:
         raise CorruptEngineRecord(f"the archive of run {run_id!r}", str(e)) from None
-    return Archive(invocation, journal, published)
+    return Archive(invocation, journal, published, streams)
 
 
 def _snapshot(engine: EngineBase, run_id: str) -> tuple[Archive, list[bytes]]:
@@ -169,16 +178,19 @@ def _snapshot(engine: EngineBase, run_id: str) -> tuple[Archive, list[bytes]]:
     jprefix, pprefix = journal_prefix(run_id), published_prefix(run_id)
     journal = {int(k[len(jprefix) :]): v for k, v in kv.snapshot(jprefix)}
     published = {k[len(pprefix) :].decode(): v for k, v in kv.snapshot(pprefix)}
+    sprefix = stream_prefix(run_id)
+    streams = {k[len(sprefix) :]: v for k, v in kv.snapshot(sprefix)}
     invocation = kv.get(invocation_key(run_id))
     keys = [entry_key(run_id, p) for p in journal]
     keys += [pprefix + k.encode() for k in published]
+    keys += [sprefix + k for k in streams]
     if invocation is not None:
         keys.append(invocation_key(run_id))
     if kv.get(progress_key(run_id)) is not None:  # not archived: it goes with the run
         keys.append(progress_key(run_id))
     if kv.get(debounce_run_key(run_id)) is not None:  # likewise (a debounced run)
         keys.append(debounce_run_key(run_id))
-    return Archive(invocation, journal, published), keys
+    return Archive(invocation, journal, published, streams), keys
 
 
 def run_keys(engine: EngineBase, run_id: str) -> list[bytes]:
@@ -192,7 +204,7 @@ def needs_archive(engine: EngineBase, run_id: str) -> bool:
     """Whether run ``run_id``'s KV records take more than `ARCHIVE_MIN_BYTES`
     (its keys and values; read at once)."""
     archive, keys = _snapshot(engine, run_id)
-    values = [*archive.journal.values(), *archive.published.values()]
+    values = [*archive.journal.values(), *archive.published.values(), *archive.streams.values()]
     if archive.invocation is not None:
         values.append(archive.invocation)
     return sum(map(len, keys)) + sum(map(len, values)) > ARCHIVE_MIN_BYTES

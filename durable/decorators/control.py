@@ -54,6 +54,7 @@ from durable.decorators.progress import QUEUE_ATTEMPTS, progress_key
 from durable.decorators.publish import published_prefix
 from durable.decorators.registry import DEFAULT_QUEUE, REGISTRY
 from durable.decorators.status import WorkflowState
+from durable.decorators.streams import stream_prefix
 from durable.engine import keys
 from durable.engine.runs import RunOptions, RunSpec, TerminalStatus, Terminated, validate_run_id
 from durable.errors import (
@@ -151,6 +152,8 @@ async def resume_run(engine: EngineBase, run_id: str) -> WorkflowHandle[Any]:
             records[invocation_key(run_id)] = archive.invocation
         for name, value in archive.published.items():
             records[published_prefix(run_id) + name.encode()] = value
+        for suffix, value in archive.streams.items():
+            records[stream_prefix(run_id) + suffix] = value
     records[progress_key(run_id)] = None
     # The old end goes in the same commit: its terminal record, and its
     # retention marker (whose sweep would otherwise clear the resumed run).

@@ -7,6 +7,7 @@ a restart. Everything it reports is read from the store.
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any, Generic, TypeVar, overload
 
 from durable.decorators.children import cancel_tree
@@ -16,6 +17,7 @@ from durable.decorators.published import wait_published
 from durable.decorators.requests import send_request
 from durable.decorators.stall import wait_or_stall
 from durable.decorators.status import WorkflowStatus, read_status
+from durable.decorators.stream_read import read_stream, stream_offset
 from durable.decorators.typed import from_plain
 from durable.decorators.waiting import Waiting, wait_until_waiting
 from durable.engine.runs import validate_run_id
@@ -135,6 +137,21 @@ class WorkflowHandle(Generic[R]):
         the replayed run, and the caller gets one answer. See
         `durable.decorators.requests`."""
         return await send_request(self._engine, self.run_id, name, value, timeout)
+
+    def read_stream(self, key: str, offset: int = 0) -> AsyncIterator[Any]:
+        """The items of the run's stream ``key`` (`durable.write_stream`) from
+        ``offset`` on, as they are written: ``async for value in
+        handle.read_stream(key)``. Each item is a written value, or a
+        `StreamDiscarded` marker (a step attempt that wrote values was
+        discarded). Ends once the stream is closed (`durable.close_stream`)
+        or the run has ended, and every item is read; `RunNotFound` for an
+        unknown run. Watches the store, no polling."""
+        return read_stream(self._engine, self.run_id, key, offset)
+
+    async def stream_offset(self, key: str) -> int:
+        """How many items the run's stream ``key`` holds now (the offset of
+        the next one; 0 if never written); `RunNotFound` for an unknown run."""
+        return await stream_offset(self._engine, self.run_id, key)
 
     async def waiting(
         self,

@@ -44,6 +44,7 @@ from durable.decorators.executors import INLINE, call_on, check_executor_name, e
 from durable.decorators.journal import START, STEP, Entry
 from durable.decorators.registry import check_callable, default_name
 from durable.decorators.step_cache import CachePolicy, cache_key_of, check_cache
+from durable.decorators.streams import StepWriter, step_writer
 from durable.decorators.suspend import Suspend
 from durable.decorators.threads import is_sync
 from durable.decorators.typed import from_plain, return_hint
@@ -230,6 +231,7 @@ class StepFunction(Generic[P, R]):
         what = f"step {self.name!r} (position {position} of run {run.run_id!r})"
         started = clock.now_ms()
         attempts = 0
+        writer = StepWriter(run, position, self.name)  # its stream writes (`streams`)
         if self.at_most_once:
             await run.record(position, Entry(self.name, START, time=started))
         tracing, began = events.TRACING, time.perf_counter()
@@ -253,35 +255,36 @@ class StepFunction(Generic[P, R]):
             def before() -> None:
                 nonlocal attempts
                 run.check_writable(position, self.name)
+                writer.begin()
                 attempts += 1
+
+            def on_retry(attempt: int, delay: float, error: Exception) -> None:
+                writer.discard()
+                events.emit(
+                    "retry",
+                    run_id=run.run_id,
+                    step=self.name,
+                    position=position,
+                    attempt=attempt,
+                    retry_in=delay,
+                    error=repr(error),
+                )
 
             span = (
                 tracing.step_span(run.run_id, self.name, position)
                 if tracing is not None
                 else nullcontext()
             )
-            with span, in_step(self.name), run.executing(position, self.name):
+            with span, in_step(self.name), run.executing(position, self.name), step_writer(writer):
                 result = await run_attempts(
-                    self.policy,
-                    clock,
-                    call,
-                    what,
-                    before=before,
-                    on_retry=lambda attempt, delay, error: events.emit(
-                        "retry",
-                        run_id=run.run_id,
-                        step=self.name,
-                        position=position,
-                        attempt=attempt,
-                        retry_in=delay,
-                        error=repr(error),
-                    ),
+                    self.policy, clock, call, what, before=before, on_retry=on_retry
                 )
             ok = codec.dumps(result, what=f"the result of {what}")
         except Exception as error:
             err = codec.dumps_error(error, what=f"the exception of {what}")
             now = clock.now_ms()
             failed = Entry(self.name, STEP, err=err, time=now, started=started, attempts=attempts)
+            writer.discard()  # its last attempt's stream values, before the journal entry
             await run.record(position, failed)
             self._ended(run.run_id, position, began, error)
             raise
@@ -293,7 +296,9 @@ class StepFunction(Generic[P, R]):
             )
         now = clock.now_ms()
         done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
+        writer.finish()  # its stream values are durable before its result
         await run.record(position, done, extra)
+        writer.finished()
         self._ended(run.run_id, position, began, None)
         return self._typed(codec.loads(ok, what=f"the result of {what}"), run, position)
 
