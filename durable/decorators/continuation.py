@@ -53,6 +53,7 @@ from durable.decorators.index import decode_entry, encode_entry, find_entry
 from durable.decorators.invocation import bind_arguments, encode_invocation
 from durable.decorators.journal import journal_prefix
 from durable.decorators.publish import published_prefix, restart_ordinal
+from durable.decorators.streams import continue_records
 from durable.errors import NotInWorkflow
 
 if TYPE_CHECKING:
@@ -140,6 +141,8 @@ async def continuation_writes(
     if found is not None:
         entry = decode_entry(run.run_id, found[1])
         writes[found[0]] = encode_entry(entry.replace(incarnation=request.incarnation, seq=0))
+    # A stream's body writes are numbered per incarnation too (its items stay).
+    writes.update(continue_records(kv, run.run_id))
     for hook in _CARRY_OVER:
         writes.update(hook(run, request.incarnation))
     return tuple(writes.items())

@@ -216,6 +216,11 @@ async def test_a_streaming_run_journals_the_streamed_response(durable_engine: En
     assert answer.split() == ["3", "12"]
     names = await journal_names(durable_engine, "streamed-1")
     assert names.count("streamed__model.request_stream") == 2
+    # The model's text went through the run's durable stream as it came.
+    handle = durable_engine.handle("streamed-1")
+    text = [piece async for piece in handle.read_stream("out")]
+    assert "".join(text).split() == ["3", "12"]
+    assert len(text) >= 2  # piece by piece, not one final write
 
 
 async def test_outside_a_workflow_the_agent_runs_as_usual(durable_engine: Engine) -> None:

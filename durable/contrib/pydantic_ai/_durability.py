@@ -62,7 +62,7 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, DeferredToolResults, RunContext
 
 import durable
-from durable.contrib._stream import write_model_output
+from durable.decorators.streams import write_stream
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import active_run
 from durable.decorators.engine import Engine
@@ -272,6 +272,6 @@ def _stream_text(key: str) -> EventStreamHandler[Any]:
             elif isinstance(event, PartDeltaEvent) and isinstance(event.delta, TextPartDelta):
                 text = event.delta.content_delta
             if text:
-                await write_model_output(key, text)
+                await write_stream(key, text)
 
     return handler
