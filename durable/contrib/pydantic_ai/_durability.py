@@ -62,10 +62,10 @@ from pydantic_ai.run import AgentRunResult
 from pydantic_ai.tools import AgentDepsT, DeferredToolResults, RunContext
 
 import durable
-from durable.decorators.streams import write_stream
 from durable.decorators.backoff import Backoff
 from durable.decorators.context import active_run
 from durable.decorators.engine import Engine
+from durable.decorators.streams import write_stream
 from durable.engine.signals import SignalOutcome
 
 __all__ = ["Durability", "StepOptions", "resolve_external_event"]
