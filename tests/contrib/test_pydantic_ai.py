@@ -21,6 +21,7 @@ from pydantic_ai import Agent
 from pydantic_ai.capabilities import RequestInput
 from pydantic_ai.messages import (
     ModelMessage,
+    ModelMessagesTypeAdapter,
     ModelResponse,
     TextPart,
     ToolCallPart,
@@ -29,7 +30,8 @@ from pydantic_ai.messages import (
 from pydantic_ai.models.function import AgentInfo, DeltaToolCall, FunctionModel
 from pydantic_ai.tools import DeferredToolRequests, DeferredToolResults
 
-from durable import Engine
+import durable
+from durable import Engine, workflow
 from durable.contrib.pydantic_ai import Durability, DurableAgent, resolve_external_event
 from durable.decorators.archive import load_journal
 
@@ -244,3 +246,35 @@ def test_an_agent_without_the_capability_is_refused() -> None:
     agent = Agent(FunctionModel(lambda m, i: ModelResponse(parts=[])), name="bare")
     with pytest.raises(ValueError, match="no Durability capability"):
         DurableAgent(agent)
+
+
+async def test_an_agent_runs_again_in_each_incarnation_of_a_continued_run(
+    durable_engine: Engine,
+) -> None:
+    # A chat loop: one agent run per incarnation, the history carried in the
+    # arguments. Journal positions start again at 0 after continue_as_new, so
+    # the agent's run ids (and approval tokens) must name the incarnation.
+    def model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
+        return ModelResponse(parts=[TextPart(f"seen {len(messages)}")])
+
+    agent = Agent(FunctionModel(model), name="looping", capabilities=[Durability()])
+
+    @workflow(name="tests.pydantic_ai.loop")
+    async def loop(history: list[Any] | None = None, turns: int = 0) -> list[str]:
+        past = ModelMessagesTypeAdapter.validate_python(history) if history else None
+        result = await agent.run(f"turn {turns}", message_history=past)
+        if turns == 2:
+            return [str(r.content) for r in texts(result.all_messages())]
+        messages = ModelMessagesTypeAdapter.dump_python(result.all_messages(), mode="json")
+        durable.continue_as_new(messages, turns + 1)
+        raise AssertionError("unreachable")
+
+    handle = await loop.options(run_id="loop-1").start()
+    assert await asyncio.wait_for(handle.result(), 30) == ["seen 1", "seen 3", "seen 5"]
+    status = await handle.status()
+    assert status is not None
+    assert status.incarnation == 2
+
+
+def texts(messages: list[ModelMessage]) -> list[TextPart]:
+    return [p for m in messages for p in m.parts if isinstance(p, TextPart)]

@@ -63,6 +63,7 @@ from pydantic_ai.tools import AgentDepsT, DeferredToolResults, RunContext
 
 import durable
 from durable.decorators.backoff import Backoff
+from durable.decorators.context import RunContext as _RunContext
 from durable.decorators.context import active_run
 from durable.decorators.engine import Engine
 from durable.decorators.streams import write_stream
@@ -106,6 +107,12 @@ class _StepBackend(JournalCallableOperationBackend[StepOptions]):
         return await durable.step(name=name, **(config or {}))(operation)()
 
 
+def _run_name(run: _RunContext) -> str:
+    """The run's id, and its incarnation after a ``continue_as_new`` (the
+    journal positions start again at 0 in each incarnation)."""
+    return run.run_id if not run.incarnation else f"{run.run_id}.i{run.incarnation}"
+
+
 @dataclass
 class _SignalWaiter(ExternalEventWaiter):
     """A wait for an external event as a step (``ask``) and a durable signal wait."""
@@ -122,7 +129,7 @@ class _SignalWaiter(ExternalEventWaiter):
         run = active_run()
         assert run is not None  # installed in workflow code only
         # The positions of the ask step and the wait: the same on every replay.
-        token = f"{run.run_id}:{self.agent}:{name}:{run.peek_position()}"
+        token = f"{_run_name(run)}:{self.agent}:{name}:{run.peek_position()}"
 
         async def asked() -> JsonValue:
             return await ask(token)
@@ -220,7 +227,7 @@ class Durability(BaseDurabilityCapability[AgentDepsT]):
     def get_default_run_id(self) -> str | None:
         """A run id the journal fixes: the workflow run's id and position."""
         run = active_run()
-        return None if run is None else f"{run.run_id}:{run.peek_position()}"
+        return None if run is None else f"{_run_name(run)}:{run.peek_position()}"
 
     async def get_run_start_time(self, run_id: str) -> _dt.datetime | None:
         """When the agent run first started (a step, so a replay keeps it)."""
