@@ -464,7 +464,7 @@ class SegmentObjectStore(ObjectStore):
 
     def _recover(self) -> None:
         objects_log = os.path.join(self._local.root, _LOG.rstrip("/"))
-        if os.path.isdir(objects_log) and any(os.scandir(objects_log)):
+        if os.path.isdir(objects_log) and os.listdir(objects_log):
             err = ObjectStoreError(
                 f"cannot open {self.url} on the segment medium: its log is already objects "
                 "(log/); open it as a plain directory",
