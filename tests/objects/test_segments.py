@@ -17,7 +17,6 @@ from durable.store.log import LogOptions, LogReader, LogWriter, WriteBatch
 from durable.store.objects import LocalObjectStore, SegmentObjectStore, open_object_store
 from durable.store.objects.segments import decode_records, encode_record
 
-
 HEADER = 20  # magic, seq, length, crc
 
 
@@ -92,8 +91,7 @@ async def test_zeros_after_the_last_record_are_a_torn_tail(tmp_path: Path) -> No
     await store.close()
     seg = tmp_path / "segments" / "00000000000000000001.seg"
     size = seg.stat().st_size
-    with open(seg, "ab") as f:
-        f.write(bytes(4096))  # the size grew, the data never landed
+    seg.write_bytes(seg.read_bytes() + bytes(4096))  # the size grew, the data never landed
     writer = SegmentObjectStore(tmp_path)
     await writer.claim_log()
     assert seg.stat().st_size == size
