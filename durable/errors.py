@@ -23,7 +23,8 @@ DurableError
 │   ├── InvalidStoreUrl              not a store URL, or an unknown scheme (also ValueError)
 │   ├── Fenced                       another writer opened the store
 │   │   ├── SelfFenced               the writer stopped itself (it may no longer own the store)
-│   │   └── StaleEpoch               an open at an epoch older than the log's newest refused
+│   │   ├── StaleEpoch               an open at an epoch older than the log's newest refused
+│   │   └── LogLocked                a live process holds the segment log's lock file
 │   ├── StoreClosed                  the store was closed or has failed
 │   ├── BlobMissing                  a value's blob object is gone
 │   └── ReadOnlyStore                a write through a read-only view
@@ -140,6 +141,7 @@ __all__ = [
     "JobNotFound",
     "JobTypeError",
     "KvValueTooLarge",
+    "LogLocked",
     "MemberNotSubmitted",
     "MissingGuarantee",
     "NoEngine",
@@ -429,6 +431,27 @@ class SelfFenced(Fenced):
         self.url = url
         self.seq = seq
         self.reason = reason
+
+
+class LogLocked(Fenced):
+    """A writer could not open a segment-log store: a live process holds its lock.
+
+    A store on the local segment medium (`durable.store.objects.segments`)
+    admits one writer at a time through an exclusive ``flock`` on its lock
+    file; the kernel releases it when the holder exits, kill -9 included,
+    so this means the holder is alive (in this process or another). ``path``
+    is the lock file. Nothing was written.
+    """
+
+    def __init__(self, url: str, path: str) -> None:
+        StoreError.__init__(
+            self,
+            f"store {url!r} is held by another live writer: the lock file {path!r} is "
+            "locked (flock); stop that process, or wait for it to exit, then open again",
+        )
+        self.url = url
+        self.seq = 0
+        self.path = path
 
 
 class StaleEpoch(Fenced):

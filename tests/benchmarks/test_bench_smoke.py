@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("name", ["bench_store", "bench_steps"])
+@pytest.mark.parametrize("name", ["bench_store", "bench_steps", "bench_segments"])
 def test_benchmark_quick_prints_json_figures(name: str) -> None:
     done = subprocess.run(
         [sys.executable, "-m", f"benchmarks.{name}", "--quick"],

@@ -6,6 +6,16 @@ from durable.store.objects.base import ObjectStore
 from durable.store.queue import Claim, Queue
 
 
+def process_dies(q: Queue) -> None:
+    """What the kernel does when ``q``'s process dies: release its log medium's
+    writer lock (the segment medium's ``flock``), so that a new writer may
+    open while ``q`` lingers in this process. A no-op on media that fence by
+    create-if-absent alone (the new writer fences ``q``)."""
+    claim = q.writer._claim
+    if claim is not None:
+        claim.release()
+
+
 def snapshot(q: Queue) -> tuple[list[bytes], list[bytes]]:
     """Every key and value of the queue's store state."""
     return q.writer.state.snapshot()

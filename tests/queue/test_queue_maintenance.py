@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 
-from queue_helpers import BG, claim_one
+from queue_helpers import BG, claim_one, process_dies
 
 from durable.store.clock import MockClock
 from durable.store.queue import (
@@ -282,5 +282,6 @@ async def test_every_path_into_dead_counts_a_dead_letter_event_and_sweeps_do_not
     await claim_one(q)
     await q.writer.flush()
     # A new process: open's recovery dead-letters the interrupted claim.
+    process_dies(q)
     q2: Queue = await open_queue(default_queue_config=config)  # type: ignore[operator]
     assert (q2.dead_letter_events("q"), q2.stats("q").dead) == (1, 1)

@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 from conftest import Factory
-from queue_helpers import BG, claim_one
+from queue_helpers import BG, claim_one, process_dies
 
 from durable.errors import Fenced, StoreClosed
 from durable.store.clock import MockClock
@@ -85,6 +85,7 @@ async def test_crash_without_close_then_reopen_fences_and_recovers(
     ids = await q.enqueue_batch("q", [b"1", b"2", b"3"])
     claims = await q.claim_batch("q", 2)
     await q.writer.flush()  # the claims reached the store; then the process "dies"
+    process_dies(q)
     q2: Queue = await open_queue()  # type: ignore[operator]  # fences q
     recs = [q2.job_record(i) for i in ids]
     assert [r.status for r in recs if r] == [JobStatus.PENDING] * 3
@@ -105,6 +106,7 @@ async def test_a_claim_lost_in_a_crash_leaves_the_job_pending(
     id = await q.enqueue("q", b"")
     await q.claim("q")  # not awaited for durability: may be lost in a crash
     # crash before the claim's group is written: reopen from the objects as they were
+    process_dies(q)
     q2 = await Queue.open(make_objects(), opts)
     try:
         rec = q2.job_record(id)

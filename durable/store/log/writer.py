@@ -70,7 +70,7 @@ from durable.store.log.loader import get_object, list_seqs, load
 from durable.store.log.retry import DEFAULT_RETRY_SECONDS, create_retrying, retry_transient
 from durable.store.log.state import State
 from durable.store.log.watch import KeyWatchers
-from durable.store.objects.base import Guarantee, ObjectStore
+from durable.store.objects.base import Guarantee, ObjectLock, ObjectStore
 
 __all__ = ["PROBE_PREFIX", "Durable", "LogOptions", "LogStats", "LogWriter", "probe_atomic_create"]
 
@@ -246,6 +246,7 @@ class LogWriter:
         self._flusher: asyncio.Task[None] | None = None
         self._stop_callbacks: list[Callable[[StoreError], object]] = []
         self._validity: Callable[[], str | None] | None = None
+        self._claim: ObjectLock | None = None  # the medium's writer lock (`claim_log`)
         #: Waiters for a commit that writes a given key to be durable.
         self.watchers = KeyWatchers()
 
@@ -270,6 +271,20 @@ class LogWriter:
         if Guarantee.ATOMIC_CREATE not in objects.guarantees:
             raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
         options = options or LogOptions()
+        claim = await objects.claim_log()
+        try:
+            self = await cls._open_claimed(objects, options, epoch)
+        except BaseException:
+            if claim is not None:
+                claim.release()
+            raise
+        self._claim = claim
+        return self
+
+    @classmethod
+    async def _open_claimed(
+        cls, objects: ObjectStore, options: LogOptions, epoch: int | None
+    ) -> LogWriter:
         await probe_atomic_create(objects, options.write_retry_seconds)
         loaded = await load(objects, options.write_retry_seconds)
         self = cls(objects, loaded.state, loaded.seq, loaded.markers, options, loaded.epoch)
@@ -326,6 +341,8 @@ class LogWriter:
         if self._failure is None:
             self._failure = StoreClosed(self.objects.url)
             self._fail_waiters(self._failure)
+        if self._claim is not None:
+            self._claim.release()
 
     # ---------------------------------------------------------------- commits
 

@@ -6,6 +6,7 @@ from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.memory import MemoryObjectStore
 from durable.store.objects.prefixed import PrefixedObjectStore
+from durable.store.objects.segments import SegmentObjectStore
 from durable.store.objects.url import open_object_store, resolve_store, split_url
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "ObjectLock",
     "ObjectStore",
     "PrefixedObjectStore",
+    "SegmentObjectStore",
     "SimulatedCrash",
     "open_object_store",
     "resolve_store",

@@ -19,8 +19,9 @@ Names are relative, ``/``-separated paths below the store's root
 
 Optional, with defaults here: `ObjectStore.try_lock` (an exclusive lock
 the backend releases when its holder's process dies; None where the backend
-has none) and `ObjectStore.is_local` (whether a request is cheap enough to
-poll every few milliseconds).
+has none), `ObjectStore.is_local` (whether a request is cheap enough to
+poll every few milliseconds) and `ObjectStore.claim_log` (a log medium's
+writer lock, taken when a `LogWriter` opens).
 """
 
 from __future__ import annotations
@@ -114,6 +115,17 @@ class ObjectStore(ABC):
         `Guarantee.PROCESS_LOCK` in `guarantees`. A lock is released by
         `ObjectLock.release`, by `close`, and by the death of the process
         that holds it.
+        """
+        return None
+
+    async def claim_log(self) -> ObjectLock | None:
+        """Prepare to be the log's one writer; called by `LogWriter.open`
+        before it loads, and released by `LogWriter.close`.
+
+        The default does nothing and returns None: the object log fences by
+        create-if-absent alone. A medium that keeps the log its own way
+        (`durable.store.objects.segments`) locks and recovers it here, and
+        raises `Fenced` (`LogLocked`) while another live writer holds it.
         """
         return None
 

@@ -12,10 +12,10 @@ For tests and benchmarks. It delegates to an inner store and can:
   (`FaultyObjectStore.crash_after_writes`), as if the process had died;
 - count calls per operation and bytes written.
 
-`try_lock` is the inner store's; a crash releases every lock taken through
-the wrapper, as the kernel does for a process that dies. `is_local` is the
-inner store's while no latency is injected (with latency the store behaves
-as a remote one).
+`try_lock` and `claim_log` are the inner store's; a crash releases every
+lock (and log claim) taken through the wrapper, as the kernel does for a
+process that dies. `is_local` is the inner store's while no latency is
+injected (with latency the store behaves as a remote one).
 
 Scripted faults of one operation fire in the order they were scripted.
 """
@@ -225,6 +225,16 @@ class FaultyObjectStore(ObjectStore):
             self._locks = [held for held in self._locks if held.held]
             self._locks.append(lock)
         return lock
+
+    async def claim_log(self) -> ObjectLock | None:
+        """The inner `claim_log` (`SimulatedCrash` once crashed); a crash
+        releases it with the locks."""
+        self._check_alive()
+        claim = await self.inner.claim_log()
+        if claim is not None:
+            self._locks = [held for held in self._locks if held.held]
+            self._locks.append(claim)
+        return claim
 
     async def close(self) -> None:
         """Close the inner store, unless the simulated process has died."""

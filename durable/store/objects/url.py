@@ -4,11 +4,16 @@
 |---|---|
 | ``/var/lib/app``, ``./state`` (a bare path) | `LocalObjectStore` |
 | ``file:///var/lib/app`` | `LocalObjectStore` |
+| ``segments:///var/lib/app`` | `SegmentObjectStore`: the log in append-only segment files |
 | ``memory://name`` | `MemoryObjectStore.named` (shared within the process) |
 | ``s3://bucket/prefix`` | `S3ObjectStore` (``pip install durable[s3]``) |
 | ``gs://bucket/prefix``, ``gcs://...`` | `GCSObjectStore` (``durable[gcs]``) |
 | ``az://container/prefix``, ``abfs://...`` | `AzureObjectStore` (``durable[azure]``) |
 | any other fsspec protocol | `FsspecObjectStore`: readers only |
+
+A local directory that already holds a segment log (``segments/``, made by
+a writer opened on a ``segments://`` URL) opens as a `SegmentObjectStore`
+from a bare path or ``file://`` URL too, so readers and the CLI see its log.
 
 Anything else (an unknown scheme, an empty path, a value that is not a
 path) is refused with `InvalidStoreUrl` before anything is opened; a cloud
@@ -32,6 +37,7 @@ from durable.store.objects.base import ObjectStore
 from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.memory import MemoryObjectStore
+from durable.store.objects.segments import SegmentObjectStore, has_segments
 
 __all__ = [
     "WRITER_SCHEMES",
@@ -43,13 +49,14 @@ __all__ = [
 ]
 
 _LOCAL = ("file", "local")
+_SEGMENTS = "segments"
 _S3 = ("s3", "s3a")
 _GCS = ("gs", "gcs")
 _AZURE = ("az", "abfs", "abfss")
 #: The schemes a writer (a `Queue`, an `Engine`) can open.
-WRITER_SCHEMES = (*_LOCAL, "memory", *_S3, *_GCS, *_AZURE)
+WRITER_SCHEMES = (*_LOCAL, _SEGMENTS, "memory", *_S3, *_GCS, *_AZURE)
 _WRITERS = (
-    "a store that can be written is a path or a file://, memory://, s3:// (s3a://), "
+    "a store that can be written is a path or a file://, segments://, memory://, s3:// (s3a://), "
     "gs:// (gcs://) or az:// (abfs://, abfss://) URL"
 )
 
@@ -81,7 +88,7 @@ def check_store_url(url: str | os.PathLike[str]) -> tuple[str, str]:
     """
     text = _text(url)
     protocol, rest = split_url(text)
-    if protocol in _LOCAL and not rest.strip():
+    if protocol in (*_LOCAL, _SEGMENTS) and not rest.strip():
         raise InvalidStoreUrl(text, "the path is empty; name a directory or a URL")
     if protocol in (*_S3, *_GCS, *_AZURE):
         _bucket(text, rest)
@@ -128,8 +135,10 @@ async def open_object_store(
     """
     protocol, rest = check_store_url(url)
     text = os.fspath(url)
+    if protocol == _SEGMENTS:
+        return SegmentObjectStore(rest)
     if protocol in _LOCAL:
-        return LocalObjectStore(rest)
+        return SegmentObjectStore(rest) if has_segments(rest) else LocalObjectStore(rest)
     if protocol == "memory":
         return MemoryObjectStore.named(rest.strip("/") or "default")
     if protocol in _S3:

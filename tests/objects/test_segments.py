@@ -1,0 +1,249 @@
+"""The segment log medium (`SegmentObjectStore`): framing, torn tails,
+mid-log corruption, rolling and trimming, the writer's lock, URLs.
+
+Everything runs on real files in ``tmp_path``; a "crash" is the files left
+as a dead writer would leave them (cut, zero-filled or with a flipped byte).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from durable.errors import CorruptObject, LogLocked, ObjectExists, ObjectStoreError
+from durable.store.log import LogOptions, LogReader, LogWriter, WriteBatch
+from durable.store.objects import LocalObjectStore, SegmentObjectStore, open_object_store
+from durable.store.objects.segments import decode_records, encode_record
+
+HEADER = 20  # magic, seq, length, crc
+
+
+def log(seq: int) -> str:
+    return f"log/{seq:020d}"
+
+
+def segment_files(root: Path) -> list[str]:
+    return sorted(n for n in os.listdir(root / "segments") if n.endswith(".seg"))
+
+
+async def written(root: Path, bodies: list[bytes], **kw: int) -> SegmentObjectStore:
+    """A claimed store holding ``bodies`` as log records 1..n."""
+    store = SegmentObjectStore(root, **kw)
+    await store.claim_log()
+    for i, body in enumerate(bodies, 1):
+        await store.create(log(i), body)
+    return store
+
+
+# ------------------------------------------------------------------ framing
+
+
+def test_a_record_round_trips_and_every_flipped_byte_is_caught() -> None:
+    body = b"some log object bytes"
+    rec = encode_record(7, body)
+    scan = decode_records("seg", rec, first_seq=7, last=False)
+    assert scan.records == [(7, HEADER, len(body))]
+    assert scan.end == len(rec)
+    for i in range(len(rec)):  # the CRC covers magic, seq, length and body
+        bad = bytearray(rec)
+        bad[i] ^= 0x01
+        with pytest.raises(CorruptObject) as err:
+            decode_records("seg", bytes(bad) + encode_record(8, b"x"), first_seq=7, last=True)
+        assert "offset 0" in str(err.value)
+
+
+def test_records_must_hold_consecutive_seqs() -> None:
+    data = encode_record(1, b"a") + encode_record(3, b"b")
+    with pytest.raises(CorruptObject, match="holds seq 3, expected 2"):
+        decode_records("seg", data, first_seq=1, last=True)
+
+
+# -------------------------------------------------------------- torn tails
+
+
+async def test_every_truncation_of_the_last_record_is_a_torn_tail(tmp_path: Path) -> None:
+    bodies = [b"first" * 5, b"second" * 5, b"third" * 5]
+    store = await written(tmp_path / "orig", bodies)
+    await store.close()
+    seg = tmp_path / "orig" / "segments" / "00000000000000000001.seg"
+    full = seg.read_bytes()
+    last_at = len(full) - HEADER - len(bodies[2])
+    for cut in range(last_at + 1, len(full)):
+        root = tmp_path / f"cut{cut}"
+        (root / "segments").mkdir(parents=True)
+        (root / "segments" / seg.name).write_bytes(full[:cut])
+        reader = SegmentObjectStore(root)
+        assert await reader.list("log/") == [log(1), log(2)]  # a reader never truncates
+        assert (root / "segments" / seg.name).stat().st_size == cut
+        writer = SegmentObjectStore(root)
+        await writer.claim_log()  # the writer truncates the torn record away
+        assert (root / "segments" / seg.name).stat().st_size == last_at
+        await writer.create(log(3), b"again")
+        assert await SegmentObjectStore(root).get(log(3)) == b"again"
+        assert await SegmentObjectStore(root).get(log(2)) == bodies[1]
+        await writer.close()
+
+
+async def test_zeros_after_the_last_record_are_a_torn_tail(tmp_path: Path) -> None:
+    store = await written(tmp_path, [b"a", b"b"])
+    await store.close()
+    seg = tmp_path / "segments" / "00000000000000000001.seg"
+    size = seg.stat().st_size
+    seg.write_bytes(seg.read_bytes() + bytes(4096))  # the size grew, the data never landed
+    writer = SegmentObjectStore(tmp_path)
+    await writer.claim_log()
+    assert seg.stat().st_size == size
+    assert await writer.list("log/") == [log(1), log(2)]
+    await writer.close()
+
+
+async def test_a_torn_marker_at_open_leaves_the_state_of_the_durable_log(tmp_path: Path) -> None:
+    w = await LogWriter.open(SegmentObjectStore(tmp_path))
+    await w.commit(WriteBatch().put(b"k", b"v"))
+    await w.commit(WriteBatch().put(b"k2", b"v2"))
+    w.stop(ObjectStoreError("the process died"))  # no final checkpoint
+    await w.close()
+    seg = tmp_path / "segments" / segment_files(tmp_path)[-1]
+    data = seg.read_bytes()
+    seg.write_bytes(data[:-3])  # the last commit was cut short: never reported durable
+    w2 = await LogWriter.open(SegmentObjectStore(tmp_path))
+    assert w2.state.get(b"k") == b"v"
+    assert w2.state.get(b"k2") is None
+    await w2.close()
+
+
+# ------------------------------------------------------ mid-log corruption
+
+
+async def test_a_bad_record_before_the_tail_is_corrupt_and_nothing_is_truncated(
+    tmp_path: Path,
+) -> None:
+    store = await written(tmp_path, [b"one" * 4, b"two" * 4, b"three" * 4])
+    await store.close()
+    seg = tmp_path / "segments" / "00000000000000000001.seg"
+    data = bytearray(seg.read_bytes())
+    second = HEADER + 12
+    data[second + HEADER + 2] ^= 0xFF  # a byte of record 2's body
+    seg.write_bytes(bytes(data))
+    with pytest.raises(CorruptObject) as err:
+        await SegmentObjectStore(tmp_path).list("log/")
+    assert err.value.name == str(seg)
+    assert f"offset {second}" in str(err.value)
+    writer = SegmentObjectStore(tmp_path)
+    with pytest.raises(CorruptObject, match=f"offset {second}"):
+        await writer.claim_log()
+    assert seg.read_bytes() == bytes(data)  # nothing truncated
+    # the failed claim released the lock: a later claim is refused for the
+    # corruption again, not for a lock
+    with pytest.raises(CorruptObject):
+        await SegmentObjectStore(tmp_path).claim_log()
+
+
+async def test_a_bad_record_in_a_closed_segment_is_corrupt(tmp_path: Path) -> None:
+    store = await written(tmp_path, [b"x" * 40 for _ in range(4)], segment_bytes=100)
+    await store.close()
+    names = segment_files(tmp_path)
+    assert len(names) == 2
+    first = tmp_path / "segments" / names[0]
+    data = bytearray(first.read_bytes())
+    data[-1] ^= 0xFF  # its last record: torn-looking, but a segment follows
+    first.write_bytes(bytes(data))
+    with pytest.raises(CorruptObject) as err:
+        await SegmentObjectStore(tmp_path).claim_log()
+    assert err.value.name == str(first)
+    assert first.read_bytes() == bytes(data)
+
+
+# ------------------------------------------------------- roll and removal
+
+
+async def test_segments_roll_at_their_size(tmp_path: Path) -> None:
+    store = await written(tmp_path, [b"y" * 50 for _ in range(7)], segment_bytes=150)
+    # a segment takes records until it holds >= 150 bytes: two of 70 bytes each, then a third
+    assert segment_files(tmp_path) == [
+        "00000000000000000001.seg",
+        "00000000000000000004.seg",
+        "00000000000000000007.seg",
+    ]
+    assert await SegmentObjectStore(tmp_path).list("log/") == [log(s) for s in range(1, 8)]
+    with pytest.raises(ObjectExists):
+        await store.create(log(7), b"again")
+    await store.close()
+
+
+async def test_deleting_log_names_removes_the_closed_segments_they_cover(tmp_path: Path) -> None:
+    store = await written(tmp_path, [b"y" * 50 for _ in range(7)], segment_bytes=150)
+    await store.delete([log(s) for s in range(1, 6)])  # covers segment 1-3 only
+    assert segment_files(tmp_path) == ["00000000000000000004.seg", "00000000000000000007.seg"]
+    await store.delete([log(s) for s in range(1, 8)])  # never the current segment
+    assert segment_files(tmp_path) == ["00000000000000000007.seg"]
+    assert await SegmentObjectStore(tmp_path).list("log/") == [log(7)]
+    await store.close()
+
+
+async def test_a_checkpoint_removes_covered_segments_and_reopen_keeps_every_commit(
+    tmp_path: Path,
+) -> None:
+    opts = LogOptions(checkpoint_max_objects=4)
+    w = await LogWriter.open(SegmentObjectStore(tmp_path, segment_bytes=300), opts)
+    reader = await LogReader.open(SegmentObjectStore(tmp_path))
+    for i in range(40):
+        await w.commit(WriteBatch().put(b"k%02d" % i, b"v" * 40))
+        if i % 7 == 0:
+            await reader.poll()
+    await w.wait_idle()
+    assert len(segment_files(tmp_path)) <= 3  # trimmed behind the checkpoints
+    await reader.refresh()
+    assert len(reader.state) == 40
+    await w.close()
+    w2 = await LogWriter.open(SegmentObjectStore(tmp_path))
+    assert [k for k, _ in w2.state.scan()] == [b"k%02d" % i for i in range(40)]
+    await w2.close()
+
+
+# ------------------------------------------------------------------ fencing
+
+
+async def test_a_second_writer_is_refused_naming_the_lock_file(tmp_path: Path) -> None:
+    w = await LogWriter.open(SegmentObjectStore(tmp_path))
+    with pytest.raises(LogLocked) as err:
+        await LogWriter.open(SegmentObjectStore(tmp_path))
+    assert err.value.path == str(tmp_path / "segments" / "lock")
+    assert "segments/lock" in str(err.value)
+    await w.close()  # releases the lock
+    w2 = await LogWriter.open(SegmentObjectStore(tmp_path))
+    await w2.close()
+
+
+async def test_only_a_claimed_store_appends(tmp_path: Path) -> None:
+    with pytest.raises(ObjectStoreError, match="not claimed"):
+        await SegmentObjectStore(tmp_path).create(log(1), b"x")
+
+
+# --------------------------------------------------------------------- URLs
+
+
+async def test_urls_choose_the_medium(tmp_path: Path) -> None:
+    plain = await open_object_store(tmp_path / "plain")
+    assert type(plain) is LocalObjectStore
+    seg = await open_object_store(f"segments://{tmp_path / 'seg'}")
+    assert isinstance(seg, SegmentObjectStore)
+    w = await LogWriter.open(seg)
+    await w.commit(WriteBatch().put(b"k", b"v"))
+    # once it holds segments, a plain path opens the segment medium too
+    again = await open_object_store(tmp_path / "seg")
+    assert isinstance(again, SegmentObjectStore)
+    reader = await LogReader.open(again)
+    assert reader.state.get(b"k") == b"v"
+    await w.close()
+
+
+async def test_a_store_whose_log_is_objects_is_refused(tmp_path: Path) -> None:
+    w = await LogWriter.open(LocalObjectStore(tmp_path))
+    await w.commit(WriteBatch().put(b"k", b"v"))
+    w.stop(ObjectStoreError("stop"))
+    await w.close()
+    with pytest.raises(ObjectStoreError, match="already objects"):
+        await LogWriter.open(SegmentObjectStore(tmp_path))
