@@ -333,3 +333,23 @@ def run(
         raise
     assert child.returncode is not None
     return subprocess.CompletedProcess(child.args, child.returncode, out, err)
+
+
+def reap(proc: Child) -> None:
+    """Wait for ``proc`` (at most 30 s) and close its pipes."""
+    proc.wait(timeout=30)
+    for f in (proc.stdin, proc.stdout):
+        if f is not None:
+            f.close()
+
+
+def read_acks_until(proc: Child, count: int) -> list[int]:
+    """Read ``count`` acknowledgement lines (``ack N``) from ``proc``'s stdout:
+    the N of each (AssertionError if the child exits first)."""
+    assert proc.stdout is not None
+    acks = []
+    while len(acks) < count:
+        line = proc.stdout.readline()
+        assert line, "child exited early"
+        acks.append(int(line.split()[1]))
+    return acks

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import procs
 import pytest
+from procs import read_acks_until, reap
 
 from durable.store.log import LogReader, LogWriter
 from durable.store.objects import open_object_store
@@ -20,23 +21,6 @@ pytestmark = pytest.mark.slow
 
 def spawn(*args: str) -> procs.Child:
     return procs.spawn([CHILD, *args], stdin=procs.PIPE, stdout=procs.PIPE, text=True)
-
-
-def reap(proc: procs.Child) -> None:
-    proc.wait(timeout=30)
-    for f in (proc.stdin, proc.stdout):
-        if f is not None:
-            f.close()
-
-
-def read_acks_until(proc: procs.Child, count: int) -> list[int]:
-    assert proc.stdout is not None
-    acks = []
-    while len(acks) < count:
-        line = proc.stdout.readline()
-        assert line, "child exited early"
-        acks.append(int(line.split()[1]))
-    return acks
 
 
 async def test_kill_9_loses_no_acknowledged_commit(tmp_path: Path) -> None:
