@@ -25,6 +25,7 @@ DurableError
 │   │   ├── SelfFenced               the writer stopped itself (it may no longer own the store)
 │   │   ├── StaleEpoch               an open at an epoch older than the log's newest refused
 │   │   └── LogLocked                a live process holds the segment log's lock file
+│   ├── UnsafeFilesystem             the segment log refused a network filesystem
 │   ├── StoreClosed                  the store was closed or has failed
 │   ├── BlobMissing                  a value's blob object is gone
 │   └── ReadOnlyStore                a write through a read-only view
@@ -180,6 +181,7 @@ __all__ = [
     "TypeMismatch",
     "UnknownExecutor",
     "UnknownWorkflow",
+    "UnsafeFilesystem",
     "UnsupportedFormat",
     "UntrustedPayload",
     "WorkerLost",
@@ -452,6 +454,26 @@ class LogLocked(Fenced):
         self.url = url
         self.seq = 0
         self.path = path
+
+
+class UnsafeFilesystem(StoreError):
+    """The segment log medium refused a directory on a network filesystem.
+
+    The medium (`durable.store.objects.segments`) fences writers with
+    ``flock`` and makes commits durable with ``fdatasync``; on a network
+    filesystem (NFS, SMB/CIFS, 9p, sshfs...) neither can be trusted, so a
+    writer is refused before anything is written. ``fstype`` is the
+    filesystem's type, as ``/proc/self/mountinfo`` names it.
+    """
+
+    def __init__(self, url: str, fstype: str) -> None:
+        super().__init__(
+            f"store {url!r} is on a {fstype} filesystem, where flock and fdatasync cannot "
+            "be trusted: the segment log refuses it; open the directory as a plain path "
+            "(its log then stays objects), or use a local disk or an object store URL"
+        )
+        self.url = url
+        self.fstype = fstype
 
 
 class StaleEpoch(Fenced):

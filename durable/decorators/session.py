@@ -201,7 +201,10 @@ class StoreSession:
         owner's mode on it; its writer."""
         objects, engine = self._objects, self._engine
         assert objects is not None
-        queue = await Queue.open(objects, OpenOptions(clock=engine.clock, epoch=epoch))
+        # The ownership protocol judged any other holder gone: take the log over.
+        queue = await Queue.open(
+            objects, OpenOptions(clock=engine.clock, epoch=epoch, takeover=True)
+        )
         try:
             queue.writer.set_validity(validity)
             # Before any run is read or written (durable on return).

@@ -37,7 +37,8 @@ async def commit_forever(objects: ObjectStore) -> None:
 
 
 async def fence(objects: ObjectStore, tag: str) -> None:
-    w = await LogWriter.open(objects)
+    # A second writer takes over: on the segment medium past the first's live lock.
+    w = await LogWriter.open(objects, takeover=True)
     await w.commit(WriteBatch().put(b"writer-" + tag.encode(), b"1"))
     print("ready", flush=True)
     await asyncio.to_thread(sys.stdin.readline)

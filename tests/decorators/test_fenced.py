@@ -103,7 +103,7 @@ async def test_closing_an_engine_whose_workers_stopped_on_fenced_is_clean(
     await first.__aenter__()
     workers = list(first.workflows._workers.values())  # to see them stop
     assert workers
-    other = await Queue.open(store, OpenOptions(clock=MockClock()))
+    other = await Queue.open(store, OpenOptions(clock=MockClock(), takeover=True))
 
     async def fenced_workers_stopped() -> None:
         while any(w.running for w in workers):
@@ -125,7 +125,7 @@ async def test_a_fenced_store_queue_fails_its_completion_waits(
         job = await q.enqueue("q", b"")
         waiting = asyncio.create_task(q.wait_for_completion(job, timeout=60))
         await asyncio.sleep(0)
-        other = await Queue.open(store, OpenOptions(clock=MockClock()))
+        other = await Queue.open(store, OpenOptions(clock=MockClock(), takeover=True))
         clock.advance(1.0)
         with pytest.raises(Fenced):
             await asyncio.wait_for(waiting, LIMIT)
@@ -139,7 +139,7 @@ async def test_a_fenced_store_queue_fails_its_completion_waits(
 async def test_no_fence_check_without_an_interval(tmp_path: Path, clock: MockClock) -> None:
     store = tmp_path / "store"
     q = await Queue.open(store, OpenOptions(clock=clock, fence_check_interval=None))
-    other = await Queue.open(store, OpenOptions(clock=MockClock()))
+    other = await Queue.open(store, OpenOptions(clock=MockClock(), takeover=True))
     clock.advance(3600)
     await asyncio.sleep(0)
     assert q.writer.failure is None  # only its next write finds out
@@ -193,7 +193,7 @@ def test_a_fenced_engine_in_another_process_raises_fenced_promptly(tmp_path: Pat
 
 async def _fence(store: Path) -> float:
     """Open the store as its writer (fencing the child); when that happened."""
-    q = await Queue.open(store)
+    q = await Queue.open(store, OpenOptions(takeover=True))  # another process takes over
     fenced_at = time.monotonic()
     await q.close()
     return fenced_at

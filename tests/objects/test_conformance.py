@@ -15,6 +15,7 @@ from durable.store.objects import (
     LocalObjectStore,
     MemoryObjectStore,
     ObjectStore,
+    SegmentObjectStore,
 )
 from durable.testing import ObjectStoreConformance
 
@@ -26,6 +27,17 @@ class TestLocalConformance(ObjectStoreConformance):
 
     async def make_store(self) -> ObjectStore:
         return LocalObjectStore(self.root)
+
+
+class TestSegmentConformance(ObjectStoreConformance):
+    """The segment medium serves every name that is not a log name as its local store does."""
+
+    @pytest.fixture(autouse=True)
+    def _root(self, tmp_path: Path) -> None:
+        self.root = tmp_path / "store"
+
+    async def make_store(self) -> ObjectStore:
+        return SegmentObjectStore(self.root)
 
 
 class TestMemoryConformance(ObjectStoreConformance):

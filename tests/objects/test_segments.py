@@ -227,7 +227,13 @@ async def test_only_a_claimed_store_appends(tmp_path: Path) -> None:
 
 async def test_urls_choose_the_medium(tmp_path: Path) -> None:
     plain = await open_object_store(tmp_path / "plain")
-    assert type(plain) is LocalObjectStore
+    assert isinstance(plain, SegmentObjectStore)  # a new local directory: segments
+    objects = tmp_path / "objects"
+    w0 = await LogWriter.open(LocalObjectStore(objects))
+    await w0.commit(WriteBatch().put(b"k", b"v"))
+    await w0.close()
+    assert type(await open_object_store(objects)) is LocalObjectStore  # its log is objects
+    assert type(await open_object_store(f"file://{objects}")) is LocalObjectStore
     seg = await open_object_store(f"segments://{tmp_path / 'seg'}")
     assert isinstance(seg, SegmentObjectStore)
     w = await LogWriter.open(seg)
@@ -247,3 +253,174 @@ async def test_a_store_whose_log_is_objects_is_refused(tmp_path: Path) -> None:
     await w.close()
     with pytest.raises(ObjectStoreError, match="already objects"):
         await LogWriter.open(SegmentObjectStore(tmp_path))
+
+
+# ----------------------------------------------------------------- takeover
+
+
+async def test_a_takeover_passes_a_live_lock_and_a_plain_open_then_finds_it_held(
+    tmp_path: Path,
+) -> None:
+    a = await written(tmp_path, [b"a1"])
+    b = SegmentObjectStore(tmp_path)
+    await b.claim_log(takeover=True)  # a still holds its flock: b replaces the lock file
+    with pytest.raises(LogLocked):
+        await SegmentObjectStore(tmp_path).claim_log()  # the new lock is b's
+    await a.close()
+    with pytest.raises(LogLocked):
+        await SegmentObjectStore(tmp_path).claim_log()  # a's release frees only its old file
+    await b.close()
+    c = SegmentObjectStore(tmp_path)
+    await c.claim_log()
+    await c.close()
+
+
+async def test_each_slot_goes_to_its_first_entry_and_a_late_writer_loses(tmp_path: Path) -> None:
+    a = await written(tmp_path, [b"a1", b"a2", b"a3"])
+    b = SegmentObjectStore(tmp_path)
+    await b.claim_log(takeover=True)
+    await a.create(log(4), b"a4")  # a, stalled past the takeover, appends first: slot 4 is a's
+    with pytest.raises(ObjectExists):
+        await b.create(log(4), b"b4")  # b's entry for 4 is a loser
+    assert await b.get(log(4)) == b"a4"
+    await b.create(log(5), b"b5")
+    with pytest.raises(ObjectExists):
+        await a.create(log(5), b"a5")  # a's next append loses: it is fenced
+    reader = SegmentObjectStore(tmp_path)
+    assert await reader.list("log/") == [log(i) for i in range(1, 6)]
+    assert [await reader.get(log(i)) for i in (4, 5)] == [b"a4", b"b5"]
+    await a.close()
+    await b.close()
+    # The losers stay in the file until the next clean claim cuts them.
+    fresh = SegmentObjectStore(tmp_path)
+    await fresh.claim_log()
+    assert [await fresh.get(log(i)) for i in range(1, 6)] == [b"a1", b"a2", b"a3", b"a4", b"b5"]
+    await fresh.create(log(6), b"f6")
+    assert await SegmentObjectStore(tmp_path).list("log/") == [log(i) for i in range(1, 7)]
+
+
+async def test_a_stalled_writer_that_wakes_at_a_roll_loses_it(tmp_path: Path) -> None:
+    a = await written(tmp_path, [b"x" * 60, b"x" * 60], segment_bytes=100)
+    b = SegmentObjectStore(tmp_path, segment_bytes=100)
+    await b.claim_log(takeover=True)
+    await b.create(log(3), b"b3")  # b rolls: a roll entry for 3, then segment 3
+    with pytest.raises(ObjectExists):
+        await a.create(log(3), b"a3")  # a would roll too: its slot is taken
+    assert segment_files(tmp_path) == [f"{1:020d}.seg", f"{3:020d}.seg"]
+    assert await SegmentObjectStore(tmp_path).get(log(3)) == b"b3"
+    await a.close()
+    await b.close()
+
+
+async def test_a_writer_whose_roll_came_first_leads_the_taker_to_its_segment(
+    tmp_path: Path,
+) -> None:
+    a = await written(tmp_path, [b"x" * 60, b"x" * 60], segment_bytes=100)
+    b = SegmentObjectStore(tmp_path, segment_bytes=100)
+    await b.claim_log(takeover=True)
+    await a.create(log(3), b"a3")  # a rolls first and takes slot 3 in segment 3
+    with pytest.raises(ObjectExists):
+        await b.create(log(3), b"b3")
+    assert await b.get(log(3)) == b"a3"
+    await b.create(log(4), b"b4")  # b follows the roll into segment 3
+    with pytest.raises(ObjectExists):
+        await a.create(log(4), b"a4")
+    reader = SegmentObjectStore(tmp_path)
+    assert [await reader.get(log(i)) for i in (3, 4)] == [b"a3", b"b4"]
+    assert segment_files(tmp_path) == [f"{1:020d}.seg", f"{3:020d}.seg"]
+    await a.close()
+    await b.close()
+
+
+async def test_a_crash_between_a_roll_and_its_segment_leaves_the_log_whole(
+    tmp_path: Path,
+) -> None:
+    store = await written(tmp_path, [b"x" * 60, b"x" * 60, b"y"], segment_bytes=100)
+    await store.close()
+    second = tmp_path / "segments" / f"{3:020d}.seg"
+    # The crash came after the roll entry for 3 was durable, before segment 3 held anything.
+    second.write_bytes(b"")
+    w = SegmentObjectStore(tmp_path, segment_bytes=100)
+    await w.claim_log()
+    assert await w.list("log/") == [log(1), log(2)]
+    await w.create(log(3), b"again")  # into the empty segment 3
+    # ... and before segment 3 was made at all.
+    await w.close()
+    second.unlink()
+    w = SegmentObjectStore(tmp_path, segment_bytes=100)
+    await w.claim_log()
+    assert await w.list("log/") == [log(1), log(2)]
+    await w.create(log(3), b"made")
+    assert await SegmentObjectStore(tmp_path).get(log(3)) == b"made"
+    await w.close()
+
+
+async def test_partitions_keep_one_segment_log_each(tmp_path: Path) -> None:
+    from durable.store.objects import PrefixedObjectStore
+
+    root = SegmentObjectStore(tmp_path)
+    writers = [await LogWriter.open(PrefixedObjectStore(root, f"p{p:03d}/")) for p in range(3)]
+    for p, w in enumerate(writers):
+        await w.commit(WriteBatch().put(b"k", b"p%d" % p))
+    for p in range(3):
+        assert (tmp_path / f"p{p:03d}" / "segments" / "lock").exists()
+        assert not (tmp_path / f"p{p:03d}" / "log").exists()
+        with pytest.raises(LogLocked):  # each partition's log has its own lock
+            await LogWriter.open(PrefixedObjectStore(SegmentObjectStore(tmp_path), f"p{p:03d}/"))
+    for w in writers:
+        await w.close()
+    plain = await open_object_store(tmp_path)  # a plain path finds the partitions' segments
+    assert isinstance(plain, SegmentObjectStore)
+    for p in range(3):
+        r = await LogReader.open(PrefixedObjectStore(plain, f"p{p:03d}/"))
+        assert r.state.get(b"k") == b"p%d" % p
+    assert not any(n.startswith("p000/segments") for n in await plain.list(""))
+    assert [n for n in await plain.list("p001/") if "log/" in n]  # its log names are listed
+
+
+async def test_a_takeover_waits_for_a_torn_entry_a_live_writer_completes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import threading
+
+    from durable.store.objects import segments
+
+    monkeypatch.setattr(segments, "_TORN_WAIT", 1.0)
+    a = await written(tmp_path, [b"a1"])
+    seg = tmp_path / "segments" / segment_files(tmp_path)[0]
+    entry = encode_record(2, b"a2, written in two pieces")
+    with seg.open("ab") as f:
+        f.write(entry[:10])  # a live writer half way through its write
+
+    def finish() -> None:
+        with seg.open("ab") as f:
+            f.write(entry[10:])
+
+    threading.Timer(0.2, finish).start()
+    b = SegmentObjectStore(tmp_path)
+    await b.claim_log(takeover=True)  # waits until the entry is whole; cuts nothing
+    assert await b.get(log(2)) == b"a2, written in two pieces"
+    await b.create(log(3), b"b3")
+    assert await SegmentObjectStore(tmp_path).list("log/") == [log(1), log(2), log(3)]
+    await a.close()
+    await b.close()
+
+
+async def test_a_torn_entry_that_stays_is_a_dead_writers_and_is_cut(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from durable.store.objects import segments
+
+    monkeypatch.setattr(segments, "_TORN_WAIT", 0.3)
+    a = await written(tmp_path, [b"a1"])
+    seg = tmp_path / "segments" / segment_files(tmp_path)[0]
+    whole = seg.stat().st_size
+    with seg.open("ab") as f:
+        f.write(encode_record(2, b"never finished")[:15])  # its writer was killed mid-write
+    b = SegmentObjectStore(tmp_path)
+    await b.claim_log(takeover=True)  # the lock's holder lives (a): a takeover
+    assert seg.stat().st_size == whole  # the torn bytes were cut after they stayed
+    await b.create(log(2), b"b2")
+    assert await SegmentObjectStore(tmp_path).get(log(2)) == b"b2"
+    await a.close()
+    await b.close()

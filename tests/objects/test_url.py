@@ -14,6 +14,7 @@ from durable.store.objects import (
     Guarantee,
     LocalObjectStore,
     MemoryObjectStore,
+    SegmentObjectStore,
     open_object_store,
     split_url,
 )
@@ -39,7 +40,8 @@ def test_split_url(url: str, expected: tuple[str, str]) -> None:
 async def test_paths_and_file_urls_open_a_local_directory(tmp_path: Path) -> None:
     for url in (str(tmp_path / "a"), f"file://{tmp_path / 'a'}", tmp_path / "a"):
         store = await open_object_store(url)
-        assert isinstance(store, LocalObjectStore)
+        assert isinstance(store, LocalObjectStore | SegmentObjectStore)
+        assert store.root == str(tmp_path / "a")
         await store.close()
     first = await open_object_store(tmp_path / "a")
     await first.put("x", b"1")
@@ -207,7 +209,7 @@ async def test_a_missing_local_directory_is_created(tmp_path: Path) -> None:
     w = await LogWriter.open(await open_object_store(root))
     await w.commit(WriteBatch().put(b"k", b"v"))
     await w.close()
-    assert (root / "log").is_dir()
+    assert (root / "segments").is_dir()  # a new local directory keeps its log in segments
 
 
 def test_a_write_that_finds_no_bucket_names_the_bucket() -> None:

@@ -254,7 +254,12 @@ class LogWriter:
 
     @classmethod
     async def open(
-        cls, objects: ObjectStore, options: LogOptions | None = None, *, epoch: int | None = None
+        cls,
+        objects: ObjectStore,
+        options: LogOptions | None = None,
+        *,
+        epoch: int | None = None,
+        takeover: bool = False,
     ) -> LogWriter:
         """Load the store at ``objects`` and become its writer, fencing any other.
 
@@ -262,7 +267,9 @@ class LogWriter:
         assignment table) the open marker carries it, and the open is
         refused with `StaleEpoch`, writing nothing, if the log's newest
         epoch is higher (see the module docstring). Without, nothing is
-        checked and the marker carries none.
+        checked and the marker carries none. ``takeover`` is passed to the
+        medium's `ObjectStore.claim_log`: on the segment medium it takes the
+        log over from a live holder of its lock instead of raising `LogLocked`.
         """
         if epoch is not None and (
             isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0
@@ -271,7 +278,7 @@ class LogWriter:
         if Guarantee.ATOMIC_CREATE not in objects.guarantees:
             raise MissingGuarantee(objects.url, Guarantee.ATOMIC_CREATE.value)
         options = options or LogOptions()
-        claim = await objects.claim_log()
+        claim = await objects.claim_log(takeover=takeover)
         try:
             self = await cls._open_claimed(objects, options, epoch)
         except BaseException:

@@ -118,14 +118,17 @@ class ObjectStore(ABC):
         """
         return None
 
-    async def claim_log(self) -> ObjectLock | None:
-        """Prepare to be the log's one writer; called by `LogWriter.open`
-        before it loads, and released by `LogWriter.close`.
+    async def claim_log(self, prefix: str = "", *, takeover: bool = False) -> ObjectLock | None:
+        """Prepare to be the one writer of the log below ``prefix`` (a
+        partition's, e.g. ``"p003/"``); called by `LogWriter.open` before it
+        loads, and released by `LogWriter.close`.
 
         The default does nothing and returns None: the object log fences by
         create-if-absent alone. A medium that keeps the log its own way
         (`durable.store.objects.segments`) locks and recovers it here, and
-        raises `Fenced` (`LogLocked`) while another live writer holds it.
+        raises `Fenced` (`LogLocked`) while another live writer holds it,
+        unless ``takeover`` (an owner that judged the holder gone takes the
+        log over; the holder is then fenced by the log itself).
         """
         return None
 

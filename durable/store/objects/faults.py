@@ -226,11 +226,11 @@ class FaultyObjectStore(ObjectStore):
             self._locks.append(lock)
         return lock
 
-    async def claim_log(self) -> ObjectLock | None:
+    async def claim_log(self, prefix: str = "", *, takeover: bool = False) -> ObjectLock | None:
         """The inner `claim_log` (`SimulatedCrash` once crashed); a crash
         releases it with the locks."""
         self._check_alive()
-        claim = await self.inner.claim_log()
+        claim = await self.inner.claim_log(prefix, takeover=takeover)
         if claim is not None:
             self._locks = [held for held in self._locks if held.held]
             self._locks.append(claim)

@@ -8,7 +8,8 @@ log, the queue and the inbox then use with unchanged code.
 Names are joined: ``get("log/0001")`` reads ``"p003/log/0001"`` of the inner
 store, and `list` strips the prefix again. `ObjectNotFound` and
 `ObjectExists` name the object as the caller did (without the prefix);
-other errors are the inner store's. `try_lock` locks the prefixed name.
+other errors are the inner store's. `try_lock` locks the prefixed name,
+and `claim_log` claims the log below the joined prefix.
 `guarantees` and `is_local` are the inner store's; `url` is the inner
 store's URL joined with the prefix. The wrapper owns nothing of the inner
 store: `close` releases the locks taken through it and nothing else (the
@@ -127,6 +128,15 @@ class PrefixedObjectStore(ObjectStore):
         self._locks = [held for held in self._locks if held.held]
         self._locks.append(lock)
         return _PrefixedLock(lock, name)
+
+    async def claim_log(self, prefix: str = "", *, takeover: bool = False) -> ObjectLock | None:
+        """The inner store's claim of the log below ``prefix`` joined to this
+        store's (a partition's log on the segment medium)."""
+        claim = await self.inner.claim_log(self.prefix + prefix, takeover=takeover)
+        if claim is not None:
+            self._locks = [held for held in self._locks if held.held]
+            self._locks.append(claim)
+        return claim
 
     async def close(self) -> None:
         """Release the locks taken through this store; the inner store stays open."""

@@ -4,58 +4,87 @@ The object-store log (`durable.store.log`) writes each group commit as one
 object, ``log/<seq>``; on a local disk that costs a temporary file, an
 fsync, a link and a directory fsync. This store keeps every other name
 (checkpoints, blobs, inboxes, memo...) as files of a `LocalObjectStore`
-and serves the names under ``log/`` from *segment files* instead, so the
-log above it runs unchanged:
+and serves the log's names from *segment files* instead, so the log above
+it runs unchanged:
 
 - ``create("log/<seq>", data)`` appends one record to the current segment
   and calls ``os.fdatasync`` once: one append and one sync per group commit.
-- ``get`` / ``list`` of ``log/`` names read the records back.
-- ``delete`` of ``log/`` names (the log's trim after a checkpoint) removes
-  every segment but the current one whose records all precede the newest
-  name deleted: the log is only ever trimmed from the front.
+- ``get`` / ``list`` of log names read the records back.
+- ``delete`` of log names (the log's trim after a checkpoint) removes the
+  segments whose records all precede the newest name deleted (never the
+  current one): the log is only ever trimmed from the front.
 
-Layout, below the root: ``segments/<first seq:020d>.seg`` and the lock file
-``segments/lock``. A record is ``b"DSEG" | seq (u64) | length (u32) |
-crc32 (u32) | body``, big-endian, where the body is the log object's
-bytes (itself framed and checksummed) and the CRC (`zlib.crc32`) covers the
-sequence number, the length and the body. Records in a segment, and
-segments one after another, hold consecutive sequence numbers.
+A partitioned store keeps one log per partition, below ``p000/``, ``p001/``
+...: ``p003/log/<seq>`` lives in ``p003/segments/`` with its own lock, so
+a `PrefixedObjectStore` over this store gives each partition a segment log
+(`claim_log` takes the prefix).
 
-A segment is rolled (the next record starts a new file) once it holds at
-least `SEGMENT_BYTES` (4 MiB, the log's default checkpoint interval, so a
-checkpoint soon covers a closed segment); `SegmentObjectStore` takes
-another size. A new segment's directory entry is fsynced before the first
-record in it is reported durable.
+**Layout** (below the root, or a partition's prefix): ``segments/<first
+seq:020d>.seg`` and the lock file ``segments/lock``. An entry is
+``magic | seq (u64) | length (u32) | crc32 (u32) | body``, big-endian; the
+CRC (`zlib.crc32`) covers the sequence number, the length and the body.
+The magic ``DSEG`` marks a record (its body is the log object's bytes,
+itself framed and checksummed); ``DROL`` (no body) marks a *roll*: the log
+goes on in the segment named by its sequence number.
 
-Writing: `claim_log` (called by `LogWriter.open` before it loads) takes an
-exclusive ``fcntl.flock`` on ``segments/lock`` and raises `LogLocked` (a
-`Fenced`), naming the file, while a live process holds it; the kernel
-releases it when its holder dies, kill -9 included, so a standby takes over
-at once. The log's open marker is still written, as a record. Holding the
-lock, the claim scans every segment: a record that fails its check with
-more bytes after it, or in a segment other than the last, raises
-`CorruptObject` naming the file and the offset, and nothing is truncated;
-a bad record at the very end of the last segment (an append cut short by a
-crash: a short header, a body shorter than its length, a CRC that fails
-on the last record, or zeros to the end) is a *torn tail*, truncated
-(``ftruncate`` + ``fdatasync``) before anything is appended. A torn record
-was never reported durable, so nothing committed is lost, and no record is
-ever half applied.
+**One slot per sequence number, first come first served.** Each sequence
+number is a slot, and the first entry for it in the file (in the file's
+append order, which ``O_APPEND`` makes total) takes it. An entry whose slot
+is already taken is a *loser* and is skipped by every reader: a writer that
+was stalled (``SIGSTOP``, a long GC) and woke after another took over
+appends at most such losers, so it can never change a record another
+process has read. This is the object log's create-if-absent, on one file:
+a writer's append is followed by a check that its entry took the slot
+(one ``fstat``, or a re-read when another process appended meanwhile); a
+lost slot is `ObjectExists`, which the log turns into `Fenced` (or, when
+opening, into "read theirs and take the next"). An entry for a slot beyond
+the next free one, or a bad entry with a winning entry after it, is
+`CorruptObject` naming the file and the offset; nothing is truncated.
 
-Reading (any process, no lock): the same scan, except that a torn tail is
-simply not there yet (a writer may be appending it right now) and is never
-truncated. A reader in another process can see a record once it is
-written, shortly before its ``fdatasync`` returns: it survives the writer's
-crash (the page cache outlives the process) but not a power cut in that
-window, unlike the object log, where a reader sees only synced objects.
+**Rolling.** Once a segment holds `SEGMENT_BYTES` (4 MiB, the log's default
+checkpoint interval, so a checkpoint soon covers a closed segment) the
+writer appends a roll entry for its next slot (itself first come first
+served) and creates the next segment; the old segment is fdatasynced and
+the new file's directory entry fsynced first. A roll that is not followed
+by its segment yet (a crash in between) or a segment with no entry yet is
+simply the end of the log.
 
-Opting in: pass ``SegmentObjectStore(path)`` as the store, or the URL
-``segments:///path`` (`durable.store.objects.url`). Once a directory holds
-``segments/``, a plain path or ``file://`` URL of it opens this store too,
-so readers and the CLI see its log. A directory whose log is already
-objects (``log/``) is refused at `claim_log`: the medium is chosen when a
-store is created. Local disks only: the lock and ``fdatasync`` are
-trusted as on a local filesystem (a network filesystem is not detected).
+**Writing.** `claim_log` (called by `LogWriter.open` before it loads)
+takes an exclusive ``fcntl.flock`` on ``segments/lock``; while a live
+process holds it the claim raises `LogLocked` (a `Fenced`) naming the
+file. The kernel releases the lock when its holder dies, kill -9 included,
+so a standby takes over at once. ``claim_log(takeover=True)`` is the
+engine's takeover, made once its ownership protocol judged the holder gone
+(a stopped process keeps its lock; `durable.cluster.owner`): it replaces
+the lock file by a new, locked one and goes on; the stalled holder is
+fenced by the slots as above, and by the open marker the log writes as a
+record. Holding the lock, the claim scans the log: a bad entry at the very
+end of the last segment (an append cut short by a crash: a short header, a
+body shorter than its length, a CRC that fails on the last entry, or zeros
+to the end) is a *torn tail*, truncated (``ftruncate`` + ``fdatasync``)
+together with any losers after the last winner; a takeover never
+truncates (the holder may be writing). A torn entry was never reported
+durable, so nothing committed is lost and no record is ever half applied.
+The claim also fdatasyncs the last segment, so that records a killed writer
+appended but had not synced are durable before they are built on.
+
+**Reading** (any process, no lock): the same scan, except that a torn tail
+is simply not there yet. A reader in another process can see a record once
+it is written, shortly before its ``fdatasync`` returns: it survives the
+writer's crash (the page cache outlives the process) but not a power cut in
+that window, unlike the object log, where a reader sees only synced
+objects.
+
+**Choosing the medium.** A plain path or ``file://`` URL of a directory
+opens this medium when the directory (or a partition of it) already holds
+``segments/``, or when it holds no log yet and is on a local filesystem;
+a directory whose log is objects (``log/``) keeps the object log, and
+`claim_log` refuses to mix the two. The URL ``segments:///path`` asks for
+this medium explicitly. **Network filesystems** (NFS, SMB/CIFS, 9p,
+sshfs...: `NETWORK_FILESYSTEMS`, read from ``/proc/self/mountinfo``),
+where ``flock`` and ``fdatasync`` cannot be trusted, are refused at
+`claim_log` with `UnsafeFilesystem`; a plain path there keeps the object
+log, whose fencing needs only an atomic create.
 """
 
 from __future__ import annotations
@@ -65,65 +94,98 @@ import bisect
 import builtins
 import contextlib
 import errno
+import fcntl
 import os
+import re
+import secrets
 import struct
 import threading
+import time
 import zlib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from durable.errors import CorruptObject, LogLocked, ObjectExists, ObjectNotFound, ObjectStoreError
+from durable.errors import (
+    CorruptObject,
+    LogLocked,
+    ObjectExists,
+    ObjectNotFound,
+    ObjectStoreError,
+    UnsafeFilesystem,
+)
 from durable.store.objects.base import ObjectLock, ObjectStore
 from durable.store.objects.local import LocalObjectStore
+from durable.store.objects.mounts import NETWORK_FILESYSTEMS, filesystem_type
 
 __all__ = [
     "LOCK_NAME",
+    "NETWORK_FILESYSTEMS",
     "SEGMENT_BYTES",
     "SEGMENT_DIR",
     "SegmentObjectStore",
     "decode_records",
     "encode_record",
+    "encode_roll",
+    "has_object_log",
     "has_segments",
 ]
 
-#: Directory (below the root) of the segment files and the lock file.
+#: Directory (below the root or a partition's prefix) of the segment files and the lock.
 SEGMENT_DIR = "segments"
-#: The writer's lock file (an object name of the underlying local store).
+#: The writer's lock file (below the root or a partition's prefix).
 LOCK_NAME = f"{SEGMENT_DIR}/lock"
 #: Default size at which a segment is rolled.
 SEGMENT_BYTES = 4 << 20
 
-_LOG = "log/"
+_LOG_RE = re.compile(r"^((?:p\d+/)?)log/(\d{20})$")
+_OWN_RE = re.compile(r"^(?:p\d+/)?segments(?:/|$)")
+_PREFIX_RE = re.compile(r"^(?:p\d+/)?$")
 _WIDTH = 20
 _SUFFIX = ".seg"
 _MAGIC = b"DSEG"
+_ROLL = b"DROL"
 _HEADER = struct.Struct(">4sQII")
+#: How long a takeover waits for a torn tail that a live writer is still writing.
+_TORN_WAIT = 2.0
 
 
 def encode_record(seq: int, body: bytes) -> bytes:
     """One framed record: header (magic, seq, length, CRC) then ``body``."""
+    return _encode(_MAGIC, seq, body)
+
+
+def encode_roll(seq: int) -> bytes:
+    """A roll entry: slot ``seq`` and the log after it are in segment ``seq``."""
+    return _encode(_ROLL, seq, b"")
+
+
+def _encode(magic: bytes, seq: int, body: bytes) -> bytes:
     crc = zlib.crc32(body, zlib.crc32(struct.pack(">QI", seq, len(body))))
-    return _HEADER.pack(_MAGIC, seq, len(body), crc) + body
+    return _HEADER.pack(magic, seq, len(body), crc) + body
 
 
 @dataclass(slots=True)
 class _Scan:
     """What `decode_records` found in one segment's bytes."""
 
-    #: ``(seq, offset of the body, length)`` of each good record, in order.
+    #: ``(seq, offset of the body, length)`` of each winning record, in order.
     records: list[tuple[int, int, int]] = field(default_factory=list)
-    #: Where the good records end (the offset after the last).
+    #: Where the scanned entries end (winners and losers).
     end: int = 0
-    #: Offset of a bad record at the end (a torn tail), if any.
+    #: Where the last winning entry ends.
+    won_end: int = 0
+    #: The slot of a winning roll entry (the segment then ends), if any.
+    rolled: int | None = None
+    #: Offset of a bad entry at the end (a torn tail), if any.
     torn: int | None = None
 
 
-def _record_at(data: bytes, pos: int) -> tuple[int, int, int] | str:
-    """``(seq, body offset, length)`` of a good record at ``pos``, else why not."""
+def _entry_at(data: bytes, pos: int) -> tuple[bytes, int, int, int] | str:
+    """``(magic, seq, body offset, length)`` of a good entry at ``pos``, else why not."""
     if len(data) - pos < _HEADER.size:
         return "short header"
     magic, seq, length, crc = _HEADER.unpack_from(data, pos)
-    if magic != _MAGIC:
+    if magic not in (_MAGIC, _ROLL) or (magic == _ROLL and length):
         return "bad magic"
     body_at = pos + _HEADER.size
     if body_at + length > len(data):
@@ -131,49 +193,57 @@ def _record_at(data: bytes, pos: int) -> tuple[int, int, int] | str:
     body = memoryview(data)[body_at : body_at + length]
     if zlib.crc32(body, zlib.crc32(struct.pack(">QI", seq, length))) != crc:
         return "checksum mismatch"
-    return seq, body_at, length
+    return magic, seq, body_at, length
 
 
-def _good_record_after(data: bytes, pos: int) -> bool:
-    """Whether a whole, checksummed record starts anywhere after ``pos``."""
-    at = data.find(_MAGIC, pos + 1)
+def _winner_after(data: bytes, pos: int, next_seq: int) -> bool:
+    """Whether a whole entry that would take slot ``next_seq`` or later starts after ``pos``."""
+    at = data.find(_MAGIC[:1], pos + 1)
     while at >= 0:
-        if not isinstance(_record_at(data, at), str):
+        found = _entry_at(data, at)
+        if not isinstance(found, str) and found[1] >= next_seq:
             return True
-        at = data.find(_MAGIC, at + 1)
+        at = data.find(_MAGIC[:1], at + 1)
     return False
 
 
 def decode_records(path: str, data: bytes, base: int = 0, *, first_seq: int, last: bool) -> _Scan:
-    """Check the records of segment ``path`` in ``data`` (its bytes from
-    file offset ``base``, a record boundary).
+    """Check the entries of segment ``path`` in ``data`` (its bytes from
+    file offset ``base``, an entry boundary).
 
-    ``first_seq`` is the sequence number the first record must carry;
-    offsets in the result are the file's. A bad record is a torn tail
-    (`_Scan.torn`) when ``last`` is set (the newest segment) and no whole
-    record follows it: an append cut short. Anything else (a bad record
-    with a good one after it, in a segment before the last, or a good
-    record out of sequence) raises `CorruptObject` naming ``path`` and the
-    offset.
+    ``first_seq`` is the first free slot at ``base``; offsets in the result
+    are the file's. Losers (entries for a slot already taken) are skipped;
+    the scan stops after a winning roll entry. A bad entry is a torn tail
+    (`_Scan.torn`) when ``last`` is set (the newest segment) and no entry
+    that would win a slot follows it: an append cut short. Anything else
+    (a bad entry with a winner after it, or in a segment before the last, or
+    an entry for a slot beyond the next free one) raises `CorruptObject`
+    naming ``path`` and the offset.
     """
-    scan = _Scan(end=base)
+    scan = _Scan(end=base, won_end=base)
     pos, seq = 0, first_seq
     while pos < len(data):
-        found = _record_at(data, pos)
+        found = _entry_at(data, pos)
         if isinstance(found, str):
-            if last and not _good_record_after(data, pos):
+            if last and not _winner_after(data, pos, seq):
                 scan.torn = base + pos
                 return scan
             raise CorruptObject(path, f"bad record at offset {base + pos}: {found}")
-        got, body_at, length = found
-        if got != seq:
+        magic, got, body_at, length = found
+        if got > seq:
             raise CorruptObject(
                 path, f"bad record at offset {base + pos}: holds seq {got}, expected {seq}"
             )
-        scan.records.append((seq, base + body_at, length))
         pos = body_at + length
-        seq += 1
         scan.end = base + pos
+        if got < seq:
+            continue  # a loser: its slot was taken before it
+        scan.won_end = scan.end
+        if magic == _ROLL:
+            scan.rolled = seq
+            return scan
+        scan.records.append((seq, base + body_at, length))
+        seq += 1
     return scan
 
 
@@ -183,50 +253,66 @@ class _Segment:
     path: str
     #: ``(body offset, length)`` of each record, record i holding seq first + i.
     records: list[tuple[int, int]] = field(default_factory=list)
-    end: int = 0  # where the scanned records end
+    end: int = 0  # where the scanned entries end
+    won_end: int = 0  # where the last winning entry ends
+    rolled: bool = False  # a roll entry ends it: the log goes on in `next_seq`
 
     @property
     def next_seq(self) -> int:
         return self.first + len(self.records)
 
 
+class _Taken(Exception):
+    """The slot was taken by another writer's entry."""
+
+
 class _Segments:
-    """The index of one directory's segments; every method runs in a thread
-    (or on the loop for the cheap checks) under ``lock``."""
+    """The index of one log's segments, and its writer's file; every method
+    runs in a thread under ``lock``."""
 
     def __init__(self, directory: str, segment_bytes: int) -> None:
         self.dir = directory
         self.segment_bytes = segment_bytes
         self.segs: list[_Segment] = []
         self.lock = threading.Lock()
-        self.fd: int | None = None  # the current segment, open for appending
+        self.fd: int | None = None  # the writer's current segment, open for appending
+        self.fd_path = ""  # its path
+        self.at = 0  # where the writer expects its next entry to land in `fd`
         self.broken: str | None = None
 
     # ------------------------------------------------------------- reading
 
     def refresh(self, *, recover: bool = False) -> None:
-        """Bring the index up to date with the directory (see the module doc)."""
-        try:
-            names = sorted(n for n in os.listdir(self.dir) if _first_seq(n) is not None)
-        except FileNotFoundError:
-            names = []
+        """Bring the index up to date with the directory (see the module doc):
+        follow the chain of segments from the oldest, through each roll."""
+        names: dict[int, str] = {}
+        with contextlib.suppress(FileNotFoundError):
+            for n in os.listdir(self.dir):
+                first = _first_seq(n)
+                if first is not None:
+                    names[first] = os.path.join(self.dir, n)
+        if not names:
+            self.segs = []
+            return
         known = {s.path: s for s in self.segs}
-        segs = []
-        for n in names:
-            path = os.path.join(self.dir, n)
-            seg = known.get(path)
-            segs.append(seg if seg is not None else _Segment(_first_seq(n) or 0, path))
-        for i, seg in enumerate(segs):
-            last = i == len(segs) - 1
-            if not last and segs[i + 1].first < seg.next_seq:
-                raise CorruptObject(seg.path, f"overlaps the next segment {segs[i + 1].path}")
-            self._scan(seg, last=last, recover=recover)
-            if not last and seg.next_seq != segs[i + 1].first:
-                raise CorruptObject(
-                    segs[i + 1].path,
-                    f"starts at seq {segs[i + 1].first}, the segment before ends at "
-                    f"{seg.next_seq - 1}",
-                )
+        segs: list[_Segment] = []
+        path: str | None = names[min(names)]
+        while path is not None:
+            seg = known.get(path) or _Segment(_first_seq(os.path.basename(path)) or 0, path)
+            segs.append(seg)
+            if not seg.rolled:
+                cut = recover and not any(f > seg.first for f in names)
+                self._scan(seg, last=True, recover=cut)
+            path = names.get(seg.next_seq) if seg.rolled else None
+        later = sorted(f for f in names if f > segs[-1].first)
+        if later and not segs[-1].rolled:
+            # A segment is made only after the roll entry that names it is
+            # durable: this one's end is not a torn tail.
+            raise CorruptObject(
+                segs[-1].path,
+                f"bad record at offset {segs[-1].end}: the log goes on in "
+                f"{os.path.basename(names[later[0]])}, but no roll entry leads there",
+            )
         self.segs = segs
 
     def _scan(self, seg: _Segment, *, last: bool, recover: bool) -> None:
@@ -239,10 +325,15 @@ class _Segments:
         scan = decode_records(seg.path, tail, seg.end, first_seq=seg.next_seq, last=last)
         seg.records.extend((off, length) for _, off, length in scan.records)
         seg.end = scan.end
-        if scan.torn is not None and recover:
+        seg.won_end = scan.won_end
+        seg.rolled = scan.rolled is not None
+        if recover and not seg.rolled and os.path.getsize(seg.path) > seg.won_end:
+            # A torn tail, or losers after the last winner: cut them (the claim
+            # holds the lock, so their writers are dead or fenced).
             with open(seg.path, "r+b") as f:
-                f.truncate(scan.torn)
+                f.truncate(seg.won_end)
                 os.fdatasync(f.fileno())
+            seg.end = seg.won_end
 
     def find(self, seq: int) -> tuple[str, int, int] | None:
         """``(path, offset, length)`` of record ``seq`` in the index, or None."""
@@ -256,81 +347,192 @@ class _Segments:
         return (seg.path, *seg.records[k])
 
     def might_have_grown(self) -> bool:
-        """Cheap: whether the last segment grew or a new one exists (two stats)."""
+        """Cheap: whether the last segment grew or the next one exists (a stat or two)."""
         if not self.segs:
             return os.path.isdir(self.dir)
         last = self.segs[-1]
+        if last.rolled:
+            return os.path.exists(self._path(last.next_seq))
         try:
-            if os.stat(last.path).st_size != last.end:
-                return True
+            return os.stat(last.path).st_size != last.end
         except FileNotFoundError:
             return True
-        return os.path.exists(self._path(last.next_seq))
 
     def seqs(self) -> list[int]:
         return [s.first + i for s in self.segs for i in range(len(s.records))]
 
     # ------------------------------------------------------------- writing
 
-    def open_for_append(self) -> None:
-        """Recover (truncate a torn tail) and open the last segment."""
+    def open_for_append(self, *, recover: bool) -> None:
+        """Scan (truncating a torn tail when ``recover``), sync and open the
+        last segment for appending; a takeover (not ``recover``) first waits
+        out a torn tail that a live writer is still appending."""
         os.makedirs(self.dir, exist_ok=True)
         self.segs = []
-        self.refresh(recover=True)
-        if self.segs:
+        self.refresh(recover=recover)
+        if not recover:
+            self._settle_tail()
+        if self.segs and not self.segs[-1].rolled:
+            self._open(self.segs[-1].path)
+
+    def _settle_tail(self) -> None:
+        """A torn tail that a live writer is completing: wait for it. One that
+        stays unchanged (the file's size too) for `_TORN_WAIT` seconds is a
+        dead writer's (a stopped process never leaves a write half done; a
+        killed one can): cut it, unless the file grew at the last moment."""
+        deadline, size = time.monotonic() + _TORN_WAIT, -1
+        while self.segs and self._torn(self.segs[-1]):
             last = self.segs[-1]
-            self.fd = os.open(last.path, os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC)
+            now = os.path.getsize(last.path)
+            if now != size:
+                deadline, size = time.monotonic() + _TORN_WAIT, now
+            elif time.monotonic() > deadline:
+                with open(last.path, "r+b") as f:
+                    if os.fstat(f.fileno()).st_size == size:
+                        f.truncate(last.end)
+                        os.fdatasync(f.fileno())
+                self.refresh()
+                continue
+            time.sleep(0.005)
+            self.refresh()
+
+    def _torn(self, seg: _Segment) -> bool:
+        return not seg.rolled and os.path.getsize(seg.path) > seg.end
+
+    def _open(self, path: str) -> None:
+        self.close()
+        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.fd_path = path
+        os.fdatasync(self.fd)  # what a dead or fenced writer appended is durable first
+        self.at = os.fstat(self.fd).st_size
 
     def append(self, seq: int, body: bytes) -> None:
-        """Append record ``seq``, roll first if due, ``fdatasync``."""
+        """Append record ``seq`` (rolling first if due) and ``fdatasync``;
+        `_Taken` if another writer's entry took the slot."""
         if self.broken is not None:
             raise OSError(errno.EIO, self.broken)
+        self._check_next(seq)
+        if self.fd is None or self.at >= self.segment_bytes:
+            self._roll(seq)
+        elif self._sync_position(seq):
+            pass  # another writer moved the log to a newer segment: compete there
+        entry = encode_record(seq, body)
+        at = self._write(entry, seq)
+        seg = self._mine()
+        if at is not None:  # alone in the file: no re-scan needed
+            seg.records.append((at + _HEADER.size, len(body)))
+            seg.end = seg.won_end = self.at
+
+    def _check_next(self, seq: int) -> None:
         last = self.segs[-1] if self.segs else None
         if last is not None and seq < last.next_seq:
-            raise FileExistsError(seq)
+            raise _Taken(seq)
         if last is not None and seq != last.next_seq:
             raise ValueError(f"log record {seq} does not follow {last.next_seq - 1}")
-        if last is None or self.fd is None or last.end >= self.segment_bytes:
-            last = self._roll(seq)
+
+    def _sync_position(self, seq: int) -> bool:
+        """Before an append: if another process appended to our file since
+        our last entry, re-scan (losers: go on after them; our slot taken:
+        `_Taken`); True when the log moved on to a newer segment, which the
+        writer then opens (making it, if only its roll entry exists)."""
         assert self.fd is not None
-        record = encode_record(seq, body)
+        if os.fstat(self.fd).st_size == self.at:
+            return False
+        self.refresh()
+        self._settle_tail()
+        self._check_next(seq)
+        last = self.segs[-1]
+        if last.path == self.fd_path and not last.rolled:
+            self.at = os.fstat(self.fd).st_size
+            return False
+        if last.rolled:
+            self._start(last.next_seq)
+        else:
+            self._open(last.path)
+        return True
+
+    def _write(self, entry: bytes, seq: int) -> int | None:
+        """Append ``entry`` for slot ``seq`` and sync; where it landed when no
+        other process appended meanwhile (the caller updates the index),
+        None when the index was re-scanned instead; `_Taken` if the slot
+        went to another entry."""
+        assert self.fd is not None
+        at = self.at
         try:
-            view = memoryview(record)
+            view = memoryview(entry)
             while view:
                 view = view[os.write(self.fd, view) :]
             os.fdatasync(self.fd)
         except OSError as exc:
-            self._undo(last, exc)
+            self._undo(at, exc)
             raise
-        last.records.append((last.end + _HEADER.size, len(body)))
-        last.end += len(record)
+        size = os.fstat(self.fd).st_size
+        self.at = size
+        if size == at + len(entry):
+            return at
+        # Another process appended too: the file's order says who took the slot.
+        self.refresh()
+        seg = self._mine()
+        if entry[:4] == _ROLL:
+            # Two rolls of one slot are the same bytes: either may stand.
+            won = seg.rolled and seg.next_seq == seq
+            if not won or not _entry_is(seg.path, seg.won_end - len(entry), entry):
+                raise _Taken(seq)
+            return None
+        where = self.find(seq)
+        if where is None or where[0] != seg.path:
+            raise _Taken(seq)
+        if not _entry_is(where[0], where[1] - _HEADER.size, entry):
+            raise _Taken(seq)
+        return None
 
-    def _undo(self, seg: _Segment, exc: OSError) -> None:
+    def _mine(self) -> _Segment:
+        """The indexed segment the writer's file is; `_Taken` if the chain left it."""
+        for seg in reversed(self.segs):
+            if seg.path == self.fd_path:
+                return seg
+        raise _Taken(-1)
+
+    def _undo(self, at: int, exc: OSError) -> None:
         """After a failed append: cut the segment back, or refuse all later ones."""
         assert self.fd is not None
-        if isinstance(exc, OSError) and exc.errno is not None and exc.errno != errno.EIO:
+        if exc.errno is not None and exc.errno != errno.EIO:
             try:
-                os.ftruncate(self.fd, seg.end)
+                os.ftruncate(self.fd, at)
                 os.fdatasync(self.fd)
+                self.at = at
                 return
             except OSError:
                 pass
         # A failed fdatasync leaves the page cache's state unknown: append no more.
-        self.broken = f"an append to {seg.path} failed ({exc}); reopen the store"
+        self.broken = f"an append failed ({exc}); reopen the store"
 
-    def _roll(self, seq: int) -> _Segment:
+    def _roll(self, seq: int) -> None:
+        """End the current segment with a roll entry for slot ``seq`` (if
+        there is a current segment) and open segment ``seq``."""
         if self.fd is not None:
-            os.close(self.fd)
-            self.fd = None
-        path = self._path(seq)
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC)
+            if self._sync_position(seq):
+                return  # another writer rolled: the log goes on where it said
+            at = self._write(encode_roll(seq), seq)
+            seg = self._mine()
+            if at is not None:
+                seg.end = seg.won_end = self.at
+                seg.rolled = True
+        self._start(seq)
+
+    def _start(self, seq: int) -> None:
+        """Open segment ``seq`` (a roll entry leads to it), making it if absent."""
+        self._open(self._path(seq))
         _fsync_dir(self.dir)
-        seg = _Segment(seq, path)
-        self.segs.append(seg)
-        return seg
+        if not self.segs or self.segs[-1].rolled:
+            self.segs.append(_Segment(seq, self._path(seq)))
+        if self.at:
+            self.refresh()  # another writer wrote in it first
+            self._check_next(seq)
 
     def trim(self, through: int) -> None:
-        """Remove every closed segment whose records all precede ``through``."""
+        """Remove every segment but the last whose records all precede ``through``."""
+        self.refresh()
         doomed = [s for s in self.segs[:-1] if s.next_seq - 1 <= through]
         if not doomed:
             return
@@ -349,18 +551,18 @@ class _Segments:
         return os.path.join(self.dir, f"{seq:0{_WIDTH}d}{_SUFFIX}")
 
 
+def _entry_is(path: str, offset: int, entry: bytes) -> bool:
+    with open(path, "rb") as f:
+        return os.pread(f.fileno(), len(entry), offset) == entry
+
+
 def _first_seq(name: str) -> int | None:
     stem = name[: -len(_SUFFIX)] if name.endswith(_SUFFIX) else ""
     return int(stem) if len(stem) == _WIDTH and stem.isdigit() else None
 
 
-def _log_seq(name: str) -> int | None:
-    tail = name[len(_LOG) :]
-    return int(tail) if len(tail) == _WIDTH and tail.isdigit() else None
-
-
-def _log_name(seq: int) -> str:
-    return f"{_LOG}{seq:0{_WIDTH}d}"
+def _log_name(prefix: str, seq: int) -> str:
+    return f"{prefix}log/{seq:0{_WIDTH}d}"
 
 
 def _fsync_dir(directory: str) -> None:
@@ -371,39 +573,101 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _partition_dirs(root: str) -> list[str]:
+    try:
+        return [
+            os.path.join(root, n) for n in os.listdir(root) if re.fullmatch(r"p\d+", n) is not None
+        ]
+    except (FileNotFoundError, NotADirectoryError):
+        return []
+
+
 def has_segments(root: str | os.PathLike[str]) -> bool:
-    """Whether the directory ``root`` holds a segment log."""
-    return os.path.isdir(os.path.join(os.fspath(root), SEGMENT_DIR))
+    """Whether the directory ``root`` (or one of its partitions) holds a segment log."""
+    root = os.fspath(root)
+    return any(os.path.isdir(os.path.join(d, SEGMENT_DIR)) for d in [root, *_partition_dirs(root)])
+
+
+def has_object_log(root: str | os.PathLike[str]) -> bool:
+    """Whether the directory ``root`` (or one of its partitions) holds a log as objects."""
+    root = os.fspath(root)
+    for d in [root, *_partition_dirs(root)]:
+        with contextlib.suppress(OSError):
+            if os.listdir(os.path.join(d, "log")):
+                return True
+    return False
+
+
+def _take_lock(path: str) -> int | None:
+    """``flock`` the lock file ``path``; its fd, None while another holds it."""
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        except OSError:
+            os.close(fd)
+            raise
+        try:
+            if os.stat(path).st_ino == os.fstat(fd).st_ino:
+                return fd
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # a takeover replaced the file between our open and flock
+
+
+def _replace_lock(path: str) -> int:
+    """Take over: a new lock file, locked, renamed over ``path``; its fd."""
+    tmp = f"{path}.{os.getpid()}.{secrets.token_hex(4)}"
+    fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        os.rename(tmp, path)
+        _fsync_dir(os.path.dirname(path))
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return fd
 
 
 class _Claim(ObjectLock):
-    """The writer's claim: the flock, and the segment open for appending."""
+    """The writer's claim on one log: the lock file, and its segment open for appending."""
 
-    def __init__(self, store: SegmentObjectStore, lock: ObjectLock) -> None:
+    def __init__(self, store: SegmentObjectStore, prefix: str, fd: int, path: str) -> None:
         self._store = store
-        self._lock = lock
+        self._prefix = prefix
+        self._fd: int | None = fd
+        self._path = path
 
     @property
     def name(self) -> str:
         """The lock file's name."""
-        return self._lock.name
+        return self._prefix + LOCK_NAME
 
     @property
     def held(self) -> bool:
         """True until released."""
-        return self._lock.held
+        return self._fd is not None
 
     def release(self) -> None:
         """Close the segment and unlock; a no-op once released."""
-        if self._store._claim is self:
-            self._store._claim = None
-            with self._store._segs.lock:
-                self._store._segs.close()
-        self._lock.release()
+        if self._store._claims.get(self._prefix) is self:
+            del self._store._claims[self._prefix]
+            segs = self._store._log_of(self._prefix)
+            with segs.lock:
+                segs.close()
+        fd, self._fd = self._fd, None
+        if fd is not None:
+            os.close(fd)  # closing the only descriptor releases the flock
 
 
 class SegmentObjectStore(ObjectStore):
-    """A `LocalObjectStore` whose ``log/`` names live in segment files.
+    """A `LocalObjectStore` whose log names live in segment files.
 
     See the module docstring. ``segment_bytes`` is the size at which a
     segment is rolled (default `SEGMENT_BYTES`).
@@ -415,8 +679,9 @@ class SegmentObjectStore(ObjectStore):
         if segment_bytes < 1:
             raise ValueError(f"segment_bytes must be >= 1, got {segment_bytes}")
         self._local = LocalObjectStore(root)
-        self._segs = _Segments(os.path.join(self._local.root, SEGMENT_DIR), segment_bytes)
-        self._claim: _Claim | None = None
+        self._segment_bytes = segment_bytes
+        self._logs: dict[str, _Segments] = {}
+        self._claims: dict[str, _Claim] = {}
         self.guarantees = self._local.guarantees
 
     @property
@@ -431,8 +696,8 @@ class SegmentObjectStore(ObjectStore):
 
     @property
     def segment_dir(self) -> str:
-        """The absolute path of the directory of segment files."""
-        return self._segs.dir
+        """The absolute path of the directory of segment files (of the unpartitioned log)."""
+        return self._log_of("").dir
 
     @property
     def is_local(self) -> bool:
@@ -442,78 +707,106 @@ class SegmentObjectStore(ObjectStore):
     def __repr__(self) -> str:
         return f"SegmentObjectStore({self._local.root!r})"
 
+    def _log_of(self, prefix: str) -> _Segments:
+        segs = self._logs.get(prefix)
+        if segs is None:
+            directory = os.path.join(self._local.root, *f"{prefix}{SEGMENT_DIR}".split("/"))
+            segs = self._logs[prefix] = _Segments(directory, self._segment_bytes)
+        return segs
+
     # ------------------------------------------------------------ the claim
 
-    async def claim_log(self) -> ObjectLock:
-        """Lock ``segments/lock`` and recover the log for appending.
+    async def claim_log(self, prefix: str = "", *, takeover: bool = False) -> ObjectLock:
+        """Lock ``<prefix>segments/lock`` and recover that log for appending.
 
-        `LogLocked` (naming the lock file) while a live process holds it;
-        `CorruptObject` for a bad record before the end of the log (nothing
-        is truncated); a torn tail is truncated.
+        `UnsafeFilesystem` on a network filesystem; `LogLocked` (naming the
+        lock file) while a live process holds the lock, unless
+        ``takeover``; `CorruptObject` for a bad record before the end of
+        the log (nothing is truncated); a torn tail is truncated.
         """
-        lock = await self._local.try_lock(LOCK_NAME)
-        if lock is None:
-            raise LogLocked(self.url, os.path.join(self._local.root, *LOCK_NAME.split("/")))
+        if not isinstance(prefix, str) or _PREFIX_RE.match(prefix) is None:
+            raise ValueError(f"a segment log's prefix is '' or 'p<digits>/', got {prefix!r}")
+        fstype = await asyncio.to_thread(filesystem_type, self._local.root)
+        if fstype in NETWORK_FILESYSTEMS:
+            raise UnsafeFilesystem(self.url, fstype)
+        segs = self._log_of(prefix)
+        path = os.path.join(segs.dir, "lock")
+        fd = await asyncio.to_thread(self._lock_file, path, takeover)
         try:
-            await asyncio.to_thread(self._locked, self._recover)
+            await asyncio.to_thread(self._locked, segs, self._recover, prefix, segs, fd[1])
         except BaseException:
-            lock.release()
+            os.close(fd[0])
             raise
-        self._claim = _Claim(self, lock)
-        return self._claim
+        claim = self._claims[prefix] = _Claim(self, prefix, fd[0], path)
+        return claim
 
-    def _recover(self) -> None:
-        objects_log = os.path.join(self._local.root, _LOG.rstrip("/"))
+    def _lock_file(self, path: str, takeover: bool) -> tuple[int, bool]:
+        try:
+            fd = _take_lock(path)
+            if fd is not None:
+                return fd, True
+            if not takeover:
+                raise LogLocked(self.url, path)
+            return _replace_lock(path), False
+        except OSError as exc:
+            raise self._error("lock", path, exc) from exc
+
+    def _recover(self, prefix: str, segs: _Segments, clean: bool) -> None:
+        objects_log = os.path.join(self._local.root, *f"{prefix}log".split("/"))
         if os.path.isdir(objects_log) and os.listdir(objects_log):
             err = ObjectStoreError(
                 f"cannot open {self.url} on the segment medium: its log is already objects "
-                "(log/); open it as a plain directory",
-                name=_LOG,
+                f"({prefix}log/); open it as a plain directory (LocalObjectStore)",
+                name=f"{prefix}log/",
             )
             err.transient = False
             raise err
-        self._segs.open_for_append()
+        try:
+            segs.open_for_append(recover=clean)
+        except OSError as exc:
+            raise self._error("recover", f"{prefix}{SEGMENT_DIR}", exc) from exc
 
-    def _locked(self, fn: object, *args: object) -> object:
-        with self._segs.lock:
+    @staticmethod
+    def _locked(segs: _Segments, fn: object, *args: object) -> object:
+        with segs.lock:
             return fn(*args)  # type: ignore[operator]
 
     # ------------------------------------------------------------------ API
 
     async def get(self, name: str) -> bytes:
         """The whole object ``name``; `ObjectNotFound` if absent."""
-        seq = self._log(name)
-        if seq is None:
+        where = self._log(name)
+        if where is None:
             return await self._local.get(name)
-        segs = self._segs
-        if segs.find(seq) is None and not segs.might_have_grown():
+        segs = self._log_of(where[0])
+        if segs.find(where[1]) is None and not segs.might_have_grown():
             raise ObjectNotFound(name)
-        return await asyncio.to_thread(self._read, name, seq)
+        return await asyncio.to_thread(self._read, name, segs, where[1])
 
-    def _read(self, name: str, seq: int) -> bytes:
-        with self._segs.lock:
-            where = self._segs.find(seq)
-            if where is None:
-                self._refresh(name)
-                where = self._segs.find(seq)
-            if where is None:
+    def _read(self, name: str, segs: _Segments, seq: int) -> bytes:
+        with segs.lock:
+            found = segs.find(seq)
+            if found is None:
+                self._refresh(name, segs)
+                found = segs.find(seq)
+            if found is None:
                 raise ObjectNotFound(name)
-        path, offset, length = where
+        path, offset, length = found
         try:
             with open(path, "rb") as f:
-                f.seek(offset)
-                data = f.read(length)
+                data = os.pread(f.fileno(), _HEADER.size + length, offset - _HEADER.size)
         except FileNotFoundError:
             raise ObjectNotFound(name) from None  # trimmed
         except OSError as exc:
             raise self._error("get", name, exc) from exc
-        if len(data) != length:
-            raise ObjectNotFound(name)  # truncated under us: a torn tail
-        return data
+        entry = _entry_at(data, 0)
+        if isinstance(entry, str) or entry[1] != seq or entry[0] != _MAGIC:
+            raise CorruptObject(path, f"bad record at offset {offset - _HEADER.size}")
+        return data[_HEADER.size :]
 
-    def _refresh(self, name: str) -> None:
+    def _refresh(self, name: str, segs: _Segments) -> None:
         try:
-            self._segs.refresh()
+            segs.refresh()
         except OSError as exc:
             raise self._error("read", name, exc) from exc
 
@@ -524,12 +817,12 @@ class SegmentObjectStore(ObjectStore):
         await self._local.put(name, data)
 
     async def create(self, name: str, data: bytes) -> None:
-        """Create ``name``; a log name is appended to the current segment."""
-        seq = self._log(name)
-        if seq is None:
+        """Create ``name``; a log name is appended to its log's current segment."""
+        where = self._log(name)
+        if where is None:
             await self._local.create(name, data)
             return
-        if self._claim is None:
+        if where[0] not in self._claims:
             err = ObjectStoreError(
                 f"cannot create {name!r} in {self.url}: the segment log is not claimed "
                 "(only a LogWriter writes it)",
@@ -537,13 +830,14 @@ class SegmentObjectStore(ObjectStore):
             )
             err.transient = False
             raise err
-        await asyncio.to_thread(self._append, name, seq, bytes(data))
+        segs = self._log_of(where[0])
+        await asyncio.to_thread(self._append, name, segs, where[1], bytes(data))
 
-    def _append(self, name: str, seq: int, data: bytes) -> None:
-        with self._segs.lock:
+    def _append(self, name: str, segs: _Segments, seq: int, data: bytes) -> None:
+        with segs.lock:
             try:
-                self._segs.append(seq, data)
-            except FileExistsError:
+                segs.append(seq, data)
+            except _Taken:
                 raise ObjectExists(name) from None
             except ValueError as exc:
                 err = ObjectStoreError(str(exc), name=name)
@@ -551,47 +845,61 @@ class SegmentObjectStore(ObjectStore):
                 raise err from None
             except OSError as exc:
                 err = self._error("append", name, exc)
-                if self._segs.broken is not None:
+                if segs.broken is not None:
                     err.transient = False
                 raise err from exc
 
     async def list(self, prefix: str) -> builtins.list[str]:
         """Every name that starts with ``prefix``, sorted ascending."""
-        names: builtins.list[str] = []
-        if not prefix.startswith(_LOG):
-            names = [
-                n
-                for n in await self._local.list(prefix)
-                if not n.startswith(f"{SEGMENT_DIR}/") and not n.startswith(_LOG)
-            ]
-        if prefix.startswith(_LOG) or _LOG.startswith(prefix):
-            seqs = await asyncio.to_thread(self._locked, self._list_log, prefix)
-            names += [_log_name(s) for s in seqs]  # type: ignore[attr-defined]
-            names.sort()
+        names = [
+            n
+            for n in await self._local.list(prefix)
+            if _OWN_RE.match(n) is None and _LOG_RE.match(n) is None
+        ]
+        for log_prefix in self._log_prefixes(prefix):
+            segs = self._log_of(log_prefix)
+            seqs = await asyncio.to_thread(self._locked, segs, self._list_log, prefix, segs)
+            names += [_log_name(log_prefix, s) for s in seqs]  # type: ignore[attr-defined]
+        names.sort()
         return [n for n in names if n.startswith(prefix)]
 
-    def _list_log(self, prefix: str) -> builtins.list[int]:
-        self._refresh(prefix)
-        return self._segs.seqs()
+    def _log_prefixes(self, prefix: str) -> builtins.list[str]:
+        """The logs (by prefix: ``""``, ``"p003/"``...) whose names may start with ``prefix``."""
+        found = []
+        for log_prefix in ["", *(f"{os.path.basename(d)}/" for d in _partition_dirs(self.root))]:
+            names = f"{log_prefix}log/"
+            if names.startswith(prefix) or prefix.startswith(names):
+                found.append(log_prefix)
+        return found
+
+    def _list_log(self, prefix: str, segs: _Segments) -> builtins.list[int]:
+        self._refresh(prefix, segs)
+        return segs.seqs()
 
     async def delete(self, names: Iterable[str]) -> None:
         """Delete ``names``; log names trim whole segments (module docstring)."""
         if isinstance(names, str):
             raise TypeError(f"delete takes an iterable of names, not the string {names!r}")
         names = list(names)
-        logs = [s for s in map(self._log, names) if s is not None]
-        others = [n for n in names if self._log(n) is None]
+        trims: dict[str, int] = {}
+        others = []
+        for n in names:
+            where = self._log(n)
+            if where is None:
+                others.append(n)
+            else:
+                trims[where[0]] = max(trims.get(where[0], -1), where[1])
         if others:
             await self._local.delete(others)
-        if logs:
-            await asyncio.to_thread(self._locked, self._trim, max(logs))
+        for log_prefix, through in trims.items():
+            segs = self._log_of(log_prefix)
+            await asyncio.to_thread(self._locked, segs, self._trim, log_prefix, segs, through)
 
-    def _trim(self, through: int) -> None:
+    def _trim(self, prefix: str, segs: _Segments, through: int) -> None:
         try:
-            self._segs.refresh()
-            self._segs.trim(through)
+            segs.trim(through)
         except OSError as exc:
-            raise self._error("trim", _log_name(through), exc) from exc
+            raise self._error("trim", _log_name(prefix, through), exc) from exc
 
     async def try_lock(self, name: str) -> ObjectLock | None:
         """As `LocalObjectStore.try_lock`."""
@@ -599,21 +907,22 @@ class SegmentObjectStore(ObjectStore):
         return await self._local.try_lock(name)
 
     async def close(self) -> None:
-        """Release the claim and every lock handed out."""
-        if self._claim is not None:
-            self._claim.release()
+        """Release the claims and every lock handed out."""
+        for claim in list(self._claims.values()):
+            claim.release()
         await self._local.close()
 
     # ------------------------------------------------------------- helpers
 
-    def _log(self, name: str) -> int | None:
-        """The seq of a log name, None for any other name; refuses our own dir."""
+    def _log(self, name: str) -> tuple[str, int] | None:
+        """``(prefix, seq)`` of a log name, None for any other name; refuses our own dirs."""
         self._check_name(name)
-        return _log_seq(name) if name.startswith(_LOG) else None
+        m = _LOG_RE.match(name) if isinstance(name, str) else None
+        return None if m is None else (m.group(1), int(m.group(2)))
 
     @staticmethod
     def _check_name(name: str) -> None:
-        if isinstance(name, str) and (name == SEGMENT_DIR or name.startswith(f"{SEGMENT_DIR}/")):
+        if isinstance(name, str) and _OWN_RE.match(name) is not None:
             raise ValueError(f"invalid object name {name!r}: {SEGMENT_DIR}/ holds the segment log")
 
     def _error(self, op: str, name: str, exc: OSError) -> ObjectStoreError:

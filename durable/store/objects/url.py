@@ -2,8 +2,8 @@
 
 | URL | store |
 |---|---|
-| ``/var/lib/app``, ``./state`` (a bare path) | `LocalObjectStore` |
-| ``file:///var/lib/app`` | `LocalObjectStore` |
+| ``/var/lib/app``, ``./state`` (a bare path) | `SegmentObjectStore` (see below) |
+| ``file:///var/lib/app`` | as a bare path |
 | ``segments:///var/lib/app`` | `SegmentObjectStore`: the log in append-only segment files |
 | ``memory://name`` | `MemoryObjectStore.named` (shared within the process) |
 | ``s3://bucket/prefix`` | `S3ObjectStore` (``pip install durable[s3]``) |
@@ -11,9 +11,14 @@
 | ``az://container/prefix``, ``abfs://...`` | `AzureObjectStore` (``durable[azure]``) |
 | any other fsspec protocol | `FsspecObjectStore`: readers only |
 
-A local directory that already holds a segment log (``segments/``, made by
-a writer opened on a ``segments://`` URL) opens as a `SegmentObjectStore`
-from a bare path or ``file://`` URL too, so readers and the CLI see its log.
+A local directory (a bare path or ``file://`` URL) keeps its log in
+append-only segment files (`SegmentObjectStore`) unless the directory
+already keeps it as objects (``log/``, in the root or a partition: a store
+made before segments were the default, or by `LocalObjectStore`), or is
+on a network filesystem (`durable.store.objects.mounts`): those open as a
+`LocalObjectStore`, whose log is one object per commit. The medium is so
+chosen once, when the store's first writer opens it, and every later open
+(readers and the CLI included) finds the same (`local_medium`).
 
 Anything else (an unknown scheme, an empty path, a value that is not a
 path) is refused with `InvalidStoreUrl` before anything is opened; a cloud
@@ -37,12 +42,14 @@ from durable.store.objects.base import ObjectStore
 from durable.store.objects.fsspec_store import FsspecObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.memory import MemoryObjectStore
-from durable.store.objects.segments import SegmentObjectStore, has_segments
+from durable.store.objects.mounts import NETWORK_FILESYSTEMS, filesystem_type
+from durable.store.objects.segments import SegmentObjectStore, has_object_log, has_segments
 
 __all__ = [
     "WRITER_SCHEMES",
     "check_store_url",
     "check_writer_url",
+    "local_medium",
     "open_object_store",
     "resolve_store",
     "split_url",
@@ -126,6 +133,16 @@ def _bucket(url: str, rest: str) -> tuple[str, str]:
     return bucket, prefix.strip("/")
 
 
+def local_medium(path: str | os.PathLike[str]) -> str:
+    """``"segments"`` or ``"objects"``: how the log of the local directory
+    ``path`` is kept, or is to be kept (see the module docstring)."""
+    if has_segments(path):
+        return "segments"
+    if has_object_log(path) or filesystem_type(path) in NETWORK_FILESYSTEMS:
+        return "objects"
+    return "segments"
+
+
 async def open_object_store(
     url: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
 ) -> ObjectStore:
@@ -138,7 +155,9 @@ async def open_object_store(
     if protocol == _SEGMENTS:
         return SegmentObjectStore(rest)
     if protocol in _LOCAL:
-        return SegmentObjectStore(rest) if has_segments(rest) else LocalObjectStore(rest)
+        if local_medium(rest) == "segments":
+            return SegmentObjectStore(rest)
+        return LocalObjectStore(rest)
     if protocol == "memory":
         return MemoryObjectStore.named(rest.strip("/") or "default")
     if protocol in _S3:

@@ -175,6 +175,11 @@ class OpenOptions:
     #: nothing (`LogWriter.open`). None (every unpartitioned store) checks
     #: nothing.
     epoch: int | None = None
+    #: Take the log over from a live holder of the segment medium's lock
+    #: (`durable.store.objects.segments`): for an owner whose ownership
+    #: protocol judged the holder gone (a stopped process keeps its lock).
+    #: False refuses with `LogLocked` while the holder lives.
+    takeover: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.clock, Clock):

@@ -82,7 +82,9 @@ class Queue:
         options = options if options is not None else OpenOptions()
         objects, owned = await resolve_store(store, storage_options)
         try:
-            writer = await LogWriter.open(objects, options.log_options, epoch=options.epoch)
+            writer = await LogWriter.open(
+                objects, options.log_options, epoch=options.epoch, takeover=options.takeover
+            )
             try:
                 core = Core(writer, BlobStore(objects), options)
                 queue = cls(core, epoch=writer.seq)
