@@ -411,6 +411,12 @@ class KvNamespace:
         """
         return self._require_writer("commit").commit(batch, lazy=lazy, within=within)
 
+    def flush_within(self, seconds: float) -> None:
+        """Have the commits made so far start their flush within ``seconds``
+        (0: now) without waiting for it (`LogWriter.flush_within`);
+        `ReadOnlyStore` over a reader."""
+        self._require_writer("flush").flush_within(seconds)
+
     def check_writable(self) -> None:
         """Raise what a `commit` made now would raise before applying
         anything (`LogWriter.check`): `ReadOnlyStore` over a reader, the

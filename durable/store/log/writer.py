@@ -503,6 +503,16 @@ class LogWriter:
             g.flush_within(within, self._wakeup)
         return g.durable
 
+    def flush_within(self, seconds: float) -> None:
+        """Have the commits made so far (lazy ones too) start their flush
+        within ``seconds`` at the latest (0: now), without waiting for it:
+        they ride any flush that starts sooner."""
+        if self._open.ops or self._open.released:
+            if seconds <= 0:
+                self._wakeup.set()
+            else:
+                self._open.flush_within(seconds, self._wakeup)
+
     async def flush(self) -> None:
         """Wait until every commit made so far is durable."""
         if self._open.ops or self._open.released:
