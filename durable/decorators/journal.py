@@ -299,6 +299,7 @@ class Journal:
         first. Returns the entry as stored.
         """
         stored, durable = await self.write_later(position, entry, extra)
+        self._kv.flush_within(0)  # its group's flush starts now
         await durable
         return stored
 

@@ -224,3 +224,20 @@ async def test_a_failed_entry_write_stops_the_run_before_the_next_step(clock: Mo
     loaded = await load(objects.inner)
     assert loaded.state.get(user_key(entry_key("f", 0))) is None
     assert loaded.state.get(user_key(outcome_key("f"))) is None
+
+
+@durable.workflow(name="writes.naps")
+async def naps() -> int:
+    await durable.sleep(0)  # an awaited journal write (the wait's entry)
+    await durable.sleep(0)
+    return await noop(3)
+
+
+async def test_an_awaited_journal_write_starts_its_flush_at_once(
+    make_objects: Factory, clock: MockClock, unhurried: None
+) -> None:
+    """Only the entries nobody awaits wait for the backstop (here 30 s,
+    beyond `LIMIT`): a wait's entry, awaited, is written at once."""
+    async with make_engine(make_objects, clock):
+        handle = await naps.options(run_id="n").start()
+        assert await asyncio.wait_for(handle.result(), LIMIT) == 3
