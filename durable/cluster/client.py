@@ -98,6 +98,9 @@ class _ClientWriter:
     async def flush(self) -> None:
         """A client commits nothing: what it reads is durable already."""
 
+    def flush_within(self, seconds: float) -> None:
+        """A client commits nothing: nothing to flush."""
+
 
 class ClientQueue:
     """A store's `durable.engine.access.RunQueue` for a process that does not

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from durable.decorators.registry import WorkflowDefinition
     from durable.engine.delivery import Step
     from durable.store.clock import Clock
+    from durable.store.log import Durable
 
 __all__ = [
     "RunContext",
@@ -54,6 +55,7 @@ __all__ = [
     "current_run",
     "executing_step",
     "in_step",
+    "journaled_here",
     "run_id",
     "running_step",
 ]
@@ -97,6 +99,9 @@ class RunContext:
         self.incarnation = 0
         #: The first ``durable.continue_as_new`` of this delivery, if any.
         self.continued: ContinueAsNew | None = None
+        #: The commit of the last entry `record_later` wrote, until it is
+        #: known durable (`journaled`).
+        self._pending: Durable | None = None
 
     @property
     def run_id(self) -> str:
@@ -174,6 +179,46 @@ class RunContext:
                 f"be written: {e}",
                 e,
             ) from e
+
+    async def record_later(
+        self,
+        position: int,
+        entry: Entry,
+        extra: Callable[[], Mapping[bytes, bytes]] | None = None,
+    ) -> Entry:
+        """Journal ``entry`` at ``position`` like `record`, without waiting
+        for the commit (`Journal.write_later`): the run's next effectful
+        point waits for it (`journaled`), and a run that returns now has it
+        ride one group commit with its terminal record."""
+        try:
+            stored, durable = await self.journal.write_later(position, entry, extra)
+        except Exception as e:
+            raise Abort(
+                f"run {self.run_id!r}: the journal entry at position {position} could not "
+                f"be written: {e}",
+                e,
+            ) from e
+        self._pending = durable  # later commits are durable after earlier ones
+        return stored
+
+    async def journaled(self) -> None:
+        """Wait until every entry this delivery journaled is durable: before
+        anything builds on them outside this process's memory (another
+        step's body, a durable wait, a signal, a child start, a stream
+        write...). A commit that failed ends the delivery with `Abort`, as a
+        failed `record` does (the queue redelivers the run; nothing after
+        the entry is trusted)."""
+        pending = self._pending
+        if pending is None:
+            return
+        try:
+            if not pending.done():
+                self.journal.kv.flush_within(0)  # its group's flush starts now
+            await pending
+        except Exception as e:
+            raise Abort(f"run {self.run_id!r}: a journal entry could not be written: {e}", e) from e
+        if self._pending is pending:
+            self._pending = None
 
     def check_writable(self, position: int, name: str) -> None:
         """Before the body of step ``name`` at ``position`` starts: `Abort`
@@ -275,6 +320,16 @@ def active_run() -> RunContext | None:
     if _step.get() is not None:
         return None
     return _run.get()
+
+
+async def journaled_here() -> None:
+    """In a run (its workflow code or a step's body): `RunContext.journaled`,
+    before an operation that may reach another log than the run's (a
+    submission, a signal): what the run journaled so far is durable before
+    it. Outside a run: nothing."""
+    run = _run.get()
+    if run is not None:
+        await run.journaled()
 
 
 def current_run(what: str) -> RunContext:

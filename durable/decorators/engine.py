@@ -42,6 +42,7 @@ from durable.cluster.manifest import check_partitions, co_located_id, open_manif
 from durable.cluster.owner import DEFAULT_HEARTBEAT, DEFAULT_TTL, check_timing
 from durable.decorators.base import EngineBase
 from durable.decorators.codec import Codec
+from durable.decorators.context import journaled_here
 from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.executors import check_executors
 from durable.decorators.modes import OwnerMode
@@ -642,6 +643,7 @@ class Engine(EngineBase):
         durable when this returns. `SignalOutcome.SENT` from an engine that
         does not own the store: the request is in the store's inbox."""
         payload = self.codec.dumps(value, what=f"the signal for {key!r}")
+        await journaled_here()  # from a run: what it journaled is durable first
         session = self._session
         if isinstance(session, PartitionedSession):
             # What this process committed first (a wait's registration, a

@@ -6,9 +6,16 @@ store, under the engine's reserved prefix::
 
     workflow/journal/{run_id}/{position:010d}
 
-written through the queue's internal KV namespace. Each write is one
-awaited commit, so an entry is durable before the workflow goes past it
-(concurrent runs share flushes by group commit). A delivery loads the
+written through the queue's internal KV namespace. A step's result is
+journaled by `Journal.write_later`: its commit joins the open group at once
+and is awaited at the run's next effectful point (`RunContext.journaled`:
+before the next step's body, a durable wait, a signal, a child start...),
+so it is durable before the workflow acts on it, and the entry of a step
+the workflow returns right after rides one group commit with the run's
+terminal record (later in the same log, so the record's durability implies
+the entry's). A commit nobody awaits is flushed within `FLUSH_WITHIN`
+seconds. Other entries are one awaited commit each (concurrent runs share
+flushes by group commit). A delivery loads the
 whole journal with one scan when it starts; a replayed position answers
 from it without running anything.
 
@@ -52,10 +59,12 @@ from durable.engine.memo import Memo
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord
 from durable.store.kv import KvNamespace
+from durable.store.log import Durable
 from durable.store.log.batch import WriteBatch
 
 __all__ = [
     "CHILD",
+    "FLUSH_WITHIN",
     "INLINE_MAX",
     "JOURNAL_VERSION",
     "PATCH",
@@ -86,6 +95,11 @@ JOURNAL_VERSION = 2
 _BASE_VERSION = 1
 #: Results and errors up to this many bytes stay in the KV entry.
 INLINE_MAX = 64 * 1024
+#: Seconds within which an entry written by `Journal.write_later` starts
+#: its flush when nothing else does (the workflow computes, or awaits
+#: something that is no durable operation): the bound on how long a
+#: finished step stays unjournaled in a process that keeps running.
+FLUSH_WITHIN = 0.005
 
 
 def journal_prefix(run_id: str) -> bytes:
@@ -284,6 +298,24 @@ class Journal:
         A result or error over `INLINE_MAX` bytes goes to the run memo
         first. Returns the entry as stored.
         """
+        stored, durable = await self.write_later(position, entry, extra)
+        self._kv.flush_within(0)  # its group's flush starts now
+        await durable
+        return stored
+
+    async def write_later(
+        self,
+        position: int,
+        entry: Entry,
+        extra: Callable[[], Mapping[bytes, bytes]] | None = None,
+    ) -> tuple[Entry, Durable]:
+        """`write`, without waiting for the commit: it joins the open group
+        (applied in memory at once, so later commits are ordered after it)
+        and rides the next flush, or starts one within `FLUSH_WITHIN`
+        seconds. Returns the entry as stored and the commit's `Durable`,
+        which the caller awaits before anything builds on the entry.
+        Raises what the commit raises at once (a stopped writer).
+        """
         stored = await offload(self._memo, position, entry)
         kv = self._kv
         batch = kv.stage_put(WriteBatch(), entry_key(self.run_id, position), encode_entry(stored))
@@ -292,11 +324,11 @@ class Journal:
         if extra is not None:
             for key, value in extra().items():
                 kv.stage_put(batch, key, value)
+        durable = kv.commit(batch, lazy=True, within=FLUSH_WITHIN)
         self._staged.clear()
-        await kv.commit(batch)
         self._entries[position] = stored
         self._last = max(self._last, position)
-        return stored
+        return stored, durable
 
     def mark(self, position: int, entry: Entry) -> None:
         """Journal the small ``entry`` (a patch marker) at ``position`` in a

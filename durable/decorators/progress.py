@@ -33,7 +33,10 @@ a *poison run*. The run counts only the attempts without progress:
   another step number);
 - the runner flushes the delivery's claim (the queue does not await one)
   before anything of the run runs, so an attempt that kills its process
-  at once is counted too.
+  at once is counted too; except a job's first claim in the process that
+  made it pending (`Claim.fresh`), which rides the run's next write: one
+  such attempt dying uncounted leaves the job pending, and the next
+  process, where the claim is not fresh, counts every attempt.
 
 The queue itself never ends a run: workflow jobs get `QUEUE_ATTEMPTS`
 attempts, so neither crash recovery at open nor the reaper dead-letters a

@@ -53,7 +53,7 @@ from durable.decorators.context import RunContext
 from durable.decorators.continuation import ContinueAsNew, continuation_writes
 from durable.decorators.debounce import begin
 from durable.decorators.invocation import decode_invocation
-from durable.decorators.journal import CHILD, SIGNAL, Journal
+from durable.decorators.journal import CHILD, FLUSH_WITHIN, SIGNAL, Journal
 from durable.decorators.keyed_concurrency import acquire
 from durable.decorators.outcome import encode_failure
 from durable.decorators.progress import DEFERRED, Verdict, check_progress, mark_progress
@@ -160,7 +160,15 @@ class WorkflowRunner:
         # durable before anything of the run is decoded or run, or a process
         # that dies at once would not count the attempt. No commit of its own;
         # at most one log object per delivery (shared by claims made together).
-        await engine.queue.writer.flush()
+        # A job's first claim in the process that made it pending may ride
+        # the run's next commit (its first journal entry, or the terminal
+        # record), flushed within `FLUSH_WITHIN` at the latest: a crash that
+        # loses it leaves the job pending, and the next process, for which
+        # it is no fresh claim, counts every attempt from then on.
+        if step.fresh:
+            engine.queue.writer.flush_within(FLUSH_WITHIN)
+        else:
+            await engine.queue.writer.flush()
         deadline = deadline_of(step.headers)
         if deadline is not None and deadline.passed(engine.clock.now_ms()):
             return await _time_out(engine, step.run_id, deadline)
@@ -282,6 +290,9 @@ class _Delivery:
         main = asyncio.create_task(
             self.fn(*self.args, **self.kwargs), context=run.context(), name=f"workflow {run.run_id}"
         )
+        # Read by `outcome`; marked retrieved here for a delivery stopped (the
+        # engine lost its store, shut down) just as the function ended.
+        main.add_done_callback(_retrieved)
         lease = asyncio.create_task(_keep_lease(run), name=f"lease {run.run_id}")
         cancel = asyncio.create_task(step.cancel_token.wait(), name=f"cancel {run.run_id}")
         parking = asyncio.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
@@ -389,6 +400,12 @@ def _trigger(trigger: Trigger) -> dict[str, Any]:
     if isinstance(trigger, After):
         return {"until": "time", "seconds": trigger.delay}
     return {"until": "next delivery"}
+
+
+def _retrieved(task: asyncio.Task[Any]) -> None:
+    """Mark ``task``'s exception, if any, as retrieved."""
+    if not task.cancelled():
+        task.exception()
 
 
 async def _cancel(*tasks: asyncio.Task[Any]) -> None:

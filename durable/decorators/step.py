@@ -8,7 +8,11 @@ b())`` numbers ``a`` before ``b``) and returns an awaitable that:
   result, or raises the recorded exception, without running the step; a
   different step recorded there raises `NonDeterminismError`;
 - otherwise runs the step per its `RetryPolicy` and journals the final
-  result or exception (durable) before the workflow goes on.
+  result or exception: the entry's commit is not awaited here but at the
+  run's next effectful point (before the next step's body, a durable wait,
+  a signal...; `RunContext.journaled`), so it is durable before anything
+  builds on it, and the entry of a run's last step rides one group commit
+  with the run's terminal record.
 
 A step's result comes back as the codec decodes it, on the first run as on
 a replay, so both see the same value. With ``at_most_once=True`` the step
@@ -133,6 +137,7 @@ class StepFunction(Generic[P, R]):
                 if entry.resolved:
                     return self._typed(await run.replay(position, entry), run, position)
                 raise StepMaybeExecutedError(run.run_id, position, self.name)
+            await run.journaled()  # the steps before it are durable before it runs
             if run.draining.is_set():  # the engine stops: go on in the next process
                 raise Suspend(Immediate())
             if self.cache is not None:
@@ -285,7 +290,7 @@ class StepFunction(Generic[P, R]):
             now = clock.now_ms()
             failed = Entry(self.name, STEP, err=err, time=now, started=started, attempts=attempts)
             writer.discard()  # its last attempt's stream values, before the journal entry
-            await run.record(position, failed)
+            await run.record_later(position, failed)
             self._ended(run.run_id, position, began, error)
             raise
         extra = None
@@ -297,7 +302,7 @@ class StepFunction(Generic[P, R]):
         now = clock.now_ms()
         done = Entry(self.name, STEP, ok=ok, time=now, started=started, attempts=attempts)
         writer.finish()  # its stream values are durable before its result
-        await run.record(position, done, extra)
+        await run.record_later(position, done, extra)
         writer.finished()
         self._ended(run.run_id, position, began, None)
         return self._typed(codec.loads(ok, what=f"the result of {what}"), run, position)

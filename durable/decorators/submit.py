@@ -26,6 +26,7 @@ from typing import TYPE_CHECKING
 from durable import events
 from durable.decorators.archive import invocation_record
 from durable.decorators.attributes import start_attributes
+from durable.decorators.context import journaled_here
 from durable.decorators.index import IndexEntry, index_records
 from durable.decorators.keyed_concurrency import co_locate, key_headers
 from durable.decorators.moves import across_moves
@@ -68,6 +69,7 @@ async def submit_run(
     slots it takes (`durable.decorators.keyed_concurrency`). A run without
     an id of a workflow with a concurrency key or a rate limit gets one in
     the partition that counts them (the key's, else the workflow's home)."""
+    await journaled_here()  # from a run: what it journaled is durable first
     if run_id is None and concurrency_key is not None:
         run_id = co_locate(engine, definition.name, concurrency_key)
     elif run_id is None and definition.rate_limit is not None:

@@ -45,6 +45,11 @@ class RunWriter(Protocol):
         """Wait until what this process committed is durable."""
         ...
 
+    def flush_within(self, seconds: float) -> None:
+        """Have what this process committed start its flush within
+        ``seconds``, without waiting for it."""
+        ...
+
 
 class RunQueue(WorkerQueue, Protocol):
     """The store as the runtime uses it: `durable.store.queue.Queue` for its

@@ -59,6 +59,9 @@ class Step:
     kv: KvReadHandle = field(default_factory=lambda: KvReadHandle(lambda _key: None))
     #: The signal that resumed this step (None: none, or the wait timed out).
     signal: bytes | None = None
+    #: The first claim of a job this process made pending (`Claim.fresh`):
+    #: the claim may ride a later flush.
+    fresh: bool = False
 
     def is_last_attempt(self) -> bool:
         """True when a transient error from this attempt dead-letters the step."""

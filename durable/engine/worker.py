@@ -148,6 +148,7 @@ class StepWorker:
             effects=EffectsHandle(),
             kv=KvReadHandle(self.rt.queue.kv.get),
             signal=signal,
+            fresh=job.fresh,
         )
         error: StepError | None = None
         replay = self.rt.options.step_output_replay

@@ -400,12 +400,22 @@ class KvNamespace:
             batch.delete(user_key(key))
         return batch
 
-    def commit(self, batch: WriteBatch) -> Durable:
+    def commit(
+        self, batch: WriteBatch, *, lazy: bool = False, within: float | None = None
+    ) -> Durable:
         """Commit ``batch`` now; the result resolves once it is durable.
 
-        `ReadOnlyStore` over a reader; the writer's failure if it has stopped.
+        ``lazy`` and ``within``: see `LogWriter.commit` (a lazy commit rides
+        the next flush, or starts one after ``within`` seconds). `ReadOnlyStore`
+        over a reader; the writer's failure if it has stopped.
         """
-        return self._require_writer("commit").commit(batch)
+        return self._require_writer("commit").commit(batch, lazy=lazy, within=within)
+
+    def flush_within(self, seconds: float) -> None:
+        """Have the commits made so far start their flush within ``seconds``
+        (0: now) without waiting for it (`LogWriter.flush_within`);
+        `ReadOnlyStore` over a reader."""
+        self._require_writer("flush").flush_within(seconds)
 
     def check_writable(self) -> None:
         """Raise what a `commit` made now would raise before applying

@@ -88,6 +88,10 @@ async def test_an_engine_whose_close_was_cancelled_lets_the_next_own_at_once(
     await engine.__aenter__()
     handle = await waits_in_a_step.start(7)
     await asyncio.wait_for(event("held running").wait(), LIMIT)
+    # The claim is durable (a run's first claim in the process that started
+    # it may ride its next write, which this run never makes): the attempt
+    # the cancelled close loses is then a crash of the run.
+    await engine.for_run(handle.run_id).queue.writer.flush()
     workflows = engine.for_run(handle.run_id).workflows
     closing = asyncio.ensure_future(engine.__aexit__(None, None, None))
     await asyncio.wait_for(workflows.draining.wait(), LIMIT)  # the step holds the drain

@@ -44,6 +44,7 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterable, Mappin
 from typing import Any, Generic, Literal, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable.decorators.attempts import RetryPolicy
+from durable.decorators.context import journaled_here
 from durable.decorators.current import current_engine
 from durable.decorators.executors import INLINE, check_executor_name
 from durable.decorators.invocation import encode_invocation
@@ -129,6 +130,7 @@ class JobSubmitter(Generic[P, R]):
     ) -> JobHandle[R]:
         fn = self.function
         engine = current_engine(f"submitting job {fn.name!r}")
+        await journaled_here()  # from a run: what it journaled is durable first
         job_id: str | None = None
         if key is not None:
             runner = runner_for(engine.for_run(job_id_for_key(key)), fn.job_type)

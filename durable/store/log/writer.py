@@ -146,7 +146,7 @@ def _consume(fut: asyncio.Future[int]) -> None:
 
 
 class _Group:
-    __slots__ = ("durable", "future", "nbytes", "ops", "released")
+    __slots__ = ("deadline", "durable", "future", "nbytes", "ops", "released")
 
     def __init__(self) -> None:
         self.ops: list[bytes | None] = []
@@ -155,6 +155,25 @@ class _Group:
         self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.future.add_done_callback(_consume)
         self.durable = Durable(self.future)
+        #: The timer that starts this group's flush (lazy commits made `within`).
+        self.deadline: asyncio.TimerHandle | None = None
+
+    def flush_within(self, seconds: float, wakeup: asyncio.Event) -> None:
+        """Have ``wakeup`` set within ``seconds`` (loop time) unless an earlier
+        timer of this group already does."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        if self.deadline is not None:
+            if self.deadline.when() <= when:
+                return
+            self.deadline.cancel()
+        self.deadline = loop.call_at(when, wakeup.set)
+
+    def taken(self) -> None:
+        """The flusher took this group: its timer is no longer needed."""
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
 
 
 async def probe_atomic_create(
@@ -456,12 +475,18 @@ class LogWriter:
                 self.stop(failure)
                 raise failure
 
-    def commit(self, batch: WriteBatch, *, lazy: bool = False) -> Durable:
+    def commit(
+        self, batch: WriteBatch, *, lazy: bool = False, within: float | None = None
+    ) -> Durable:
         """Apply ``batch`` now; the result resolves once it is durable.
 
         A ``lazy`` commit does not start a flush of its own: it rides the
         next one (an awaited commit's, `flush`, or `close`), for transitions
-        that recovery redoes anyway, such as claims. Raises the writer's
+        that recovery redoes anyway, such as claims. With ``within`` (seconds)
+        a lazy commit rides the next flush if one starts within that time,
+        else starts one then: a journal entry that the workflow awaits only
+        at its next effectful point, so that what follows it (the next entry,
+        the run's terminal record) can join its group. Raises the writer's
         failure (`Fenced`, `StoreClosed`) at once if it has stopped; nothing
         is applied then. With a validity check set (`set_validity`), a
         commit made while it gives a reason stops the writer with
@@ -481,7 +506,19 @@ class LogWriter:
             self.watchers.committed(ops, g.durable)
         if not lazy:
             self._wakeup.set()
+        elif within is not None:
+            g.flush_within(within, self._wakeup)
         return g.durable
+
+    def flush_within(self, seconds: float) -> None:
+        """Have the commits made so far (lazy ones too) start their flush
+        within ``seconds`` at the latest (0: now), without waiting for it:
+        they ride any flush that starts sooner."""
+        if self._open.ops or self._open.released:
+            if seconds <= 0:
+                self._wakeup.set()
+            else:
+                self._open.flush_within(seconds, self._wakeup)
 
     async def flush(self) -> None:
         """Wait until every commit made so far is durable."""
@@ -528,6 +565,7 @@ class LogWriter:
                 continue
             self._open = _Group()
             self._inflight = g
+            g.taken()
             seq = self._seq + 1
             snapshot = self._snapshot_if_due(g.nbytes)
             data = encode_log(seq, self.writer_id, g.ops, marker=False)

@@ -82,7 +82,8 @@ class Claimer:
             if rec.cancel_requested:
                 cancel.fire()
             handle = LeaseHandle(core.leases, queue, rec.id, token, cancel)
-            claims.append(Claim(rec, token, cancel, handle, (raw, rec)))
+            fresh = core.wakeups.take_made_here(rec.id) and rec.attempts == 1
+            claims.append(Claim(rec, token, cancel, handle, (raw, rec), fresh))
         txn.count(queue, "pending", -len(claims))
         txn.count(queue, "claimed", len(claims))
         for c in claims:  # leases exist before the commit

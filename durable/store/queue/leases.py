@@ -212,6 +212,11 @@ class Claim:
     #: The claimed record as committed, and its encoding: settling reuses it
     #: while the stored bytes still match (no second decode).
     _stored: tuple[bytes, JobRecord] | None = field(default=None, repr=False, compare=False)
+    #: The job's first claim, of a job a commit of this open queue made
+    #: pending: were the claim lost in a crash, no other process would have
+    #: seen it (nor any attempt of the job), so a worker may let it ride a
+    #: later flush instead of waiting for it.
+    fresh: bool = field(default=False, compare=False)
 
     @property
     def id(self) -> str:

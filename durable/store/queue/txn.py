@@ -129,6 +129,7 @@ class Txn:
         if self._wakeups is not None:
             if durable is not None and self._pending_ids:
                 self._wakeups.created(self._pending_ids, durable)
+                self._wakeups.made_here(self._pending_ids)
             for queue, n in self._inserts.items():
                 self._wakeups.inserted(queue, n)
             for queue, n in self._dead.items():

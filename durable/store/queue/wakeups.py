@@ -22,7 +22,10 @@ from durable.store.clock import Clock
 from durable.store.log import Durable
 from durable.store.queue.options import MAX_WAKEUPS_PER_INSERT
 
-__all__ = ["Notify", "Wakeups", "wait_or_sleep"]
+__all__ = ["MAX_MADE_HERE", "Notify", "Wakeups", "wait_or_sleep"]
+
+#: Job ids `Wakeups.made_here` remembers at most (it forgets them all then).
+MAX_MADE_HERE = 100_000
 
 
 class Notify:
@@ -77,6 +80,23 @@ class Wakeups:
         self._by_queue: dict[str, Notify] = {}
         self._creations: dict[str, Durable] = {}
         self._dead_events: dict[str, int] = {}
+        self._made_here: set[str] = set()
+
+    def made_here(self, job_ids: list[str]) -> None:
+        """Note that a commit of this open queue made ``job_ids`` pending (a
+        hint, bounded by `MAX_MADE_HERE`: forgetting an id costs a flush)."""
+        if len(self._made_here) + len(job_ids) > MAX_MADE_HERE:
+            self._made_here.clear()
+        self._made_here.update(job_ids)
+
+    def take_made_here(self, job_id: str) -> bool:
+        """Whether a commit of this open queue made ``job_id`` pending (since
+        its last `take_made_here`); forgets it."""
+        try:
+            self._made_here.remove(job_id)
+        except KeyError:
+            return False
+        return True
 
     def created(self, job_ids: list[str], durable: Durable) -> None:
         """Note that ``durable`` made ``job_ids`` pending."""
