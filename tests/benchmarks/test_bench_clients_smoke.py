@@ -3,14 +3,8 @@ processes and ends with one JSON object of sane figures."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import last_json, run_quick
 
 ROLES = ("worker", "standby", "client")
 EXPECTED = {
@@ -32,16 +26,9 @@ EXPECTED = {
 
 @pytest.mark.slow
 def test_bench_clients_quick_prints_json_figures() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_clients", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("bench_clients", timeout=300)
     assert "takeover after kill -9" in done.stderr  # progress on stderr, figures on stdout
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = last_json(done)
     assert figures["quick"] is True
     assert figures.keys() >= {f"local_{k}" for k in EXPECTED}
     assert not any(k.startswith("latency_") for k in figures)  # --quick: local only

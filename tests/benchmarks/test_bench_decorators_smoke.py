@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import last_json, run_quick
 
 EXPECTED = {
     "steps_per_s",
@@ -30,16 +24,9 @@ EXPECTED = {
 
 @pytest.mark.slow
 def test_bench_decorators_quick_prints_json_figures() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_decorators", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("bench_decorators", timeout=120)
     assert "throughput" in done.stderr  # progress goes to stderr, figures to stdout
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = last_json(done)
     assert figures["quick"] is True
     assert figures.keys() >= EXPECTED
     numbers = {k: v for k, v in figures.items() if k != "quick"}
@@ -49,8 +36,9 @@ def test_bench_decorators_quick_prints_json_figures() -> None:
     assert figures["peak_threads"] >= 1
     p50, p95, p99 = (figures[f"one_step_p{p}_ms"] for p in (50, 95, 99))
     assert 0 < p50 <= p95 <= p99
-    # submit, the claim, the step's journal entry, the termination (issue 13)
-    assert figures["one_step_log_objects_per_run"] == 4
+    # The start; then the claim, the step's journal entry and the terminal
+    # record in one group commit (issue 20, point 2; 4 writes before it).
+    assert figures["one_step_log_objects_per_run"] == 2
     # Point 10: in a process that stays up, the long run executes its workflow
     # function once (no replay per step) and costs less than as many runs.
     assert figures["long_run_invocations"] == 1

@@ -2,14 +2,8 @@
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import last_json, run_quick
 
 EXPECTED = {
     "cpu_steps",
@@ -31,20 +25,13 @@ pytestmark = pytest.mark.slow  # starts a cluster of worker processes
 
 
 def test_bench_executor_quick_prints_json_figures() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_executor", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("bench_executor", timeout=120)
     # progress and the verdicts on the two targets go to stderr, figures to stdout
     assert "noop x 20 sequential, dask:" in done.stderr
     assert "cpu speedup on 2 worker processes" in done.stderr
     assert "dask overhead per no-op step" in done.stderr
     assert len([line for line in done.stderr.splitlines() if line[:5] in ("PASS ", "FAIL ")]) == 2
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = last_json(done)
     assert figures["quick"] is True
     assert figures.keys() >= EXPECTED
     assert all(k == k.lower() and " " not in k for k in figures)

@@ -3,14 +3,8 @@ one and of eight partitions and ends with one JSON object of sane figures."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import last_json, run_quick
 
 CONFIGS = ("n1_p1", "n1_p8", "n2_p8")
 PER_CONFIG = (
@@ -35,19 +29,12 @@ PER_CONFIG = (
 
 @pytest.mark.slow
 def test_bench_scale_quick_prints_json_figures() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_scale", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("bench_scale", timeout=300)
     # Progress and the targets' verdicts on stderr, figures on stdout.
     assert "n=2 p=8:" in done.stderr
     assert "P=8 N=1 at" in done.stderr
     assert "takeover in" in done.stderr
-    figures = json.loads(done.stdout.strip().splitlines()[-1])
+    figures = last_json(done)
     assert figures["quick"] is True
     expected = {f"latency_{c}_{k}" for c in CONFIGS for k in PER_CONFIG}
     expected |= {"latency_n2_p8_takeover_s", "latency_p8_vs_p1_n1", "latency_n2_vs_n1_p8"}

@@ -4,28 +4,15 @@ issue's targets (in order, p50 <= 50 ms, <= 0.1 log writes per value)."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import last_json, run_quick
 
 
 @pytest.mark.slow
 def test_bench_streams_quick_prints_json_figures() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.bench_streams", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("bench_streams", timeout=300)
     assert "read by a client process" in done.stderr  # progress on stderr, figures on stdout
-    f = json.loads(done.stdout.strip().splitlines()[-1])
+    f = last_json(done)
     assert f["quick"] is True
     assert f["in_order"] is True
     assert f["values"] == f["runs"] * f["rate_per_run"] * f["seconds"] == 2000

@@ -4,13 +4,9 @@ positive figures: each system's, and their ratios."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import run_quick
 
 pytestmark = pytest.mark.slow  # six child processes, two of them killed with -9
 
@@ -34,14 +30,7 @@ EXPECTED = {
 
 def test_compare_dbos_quick_prints_a_table_and_json_figures() -> None:
     pytest.importorskip("dbos")
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.compare_dbos", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("compare_dbos", timeout=300)
     lines = done.stdout.strip().splitlines()
     assert lines[0].startswith("| figure | durable | DBOS | durable / DBOS |")
     figures = json.loads(lines[-1])

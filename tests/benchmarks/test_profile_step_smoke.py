@@ -3,28 +3,15 @@ and ends with one JSON object whose layers add up to the profiled time."""
 
 from __future__ import annotations
 
-import json
-import subprocess
-import sys
-from pathlib import Path
-
 import pytest
-
-ROOT = Path(__file__).resolve().parents[2]
+from quick import last_json, run_quick
 
 
 @pytest.mark.slow
 def test_profile_step_quick_prints_json_figures() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "benchmarks.profile_step", "--quick"],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
-    assert done.returncode == 0, done.stderr
+    done = run_quick("profile_step", timeout=300)
     assert "functions with the most own time" in done.stdout
-    f = json.loads(done.stdout.strip().splitlines()[-1])
+    f = last_json(done)
     assert f["steps"] == 50
     assert f["loop_cpu_ms_per_step"] > 0
     assert 0 < f["fdatasync_p50_ms"] < f["wall_ms_per_step"] * 10

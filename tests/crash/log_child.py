@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import json
 import sys
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 from durable.errors import Fenced
 from durable.store.log import LogOptions, LogWriter, WriteBatch
@@ -19,7 +21,6 @@ from durable.store.objects import ObjectStore, open_object_store
 async def commit_forever(objects: ObjectStore) -> None:
     w = await LogWriter.open(objects, LogOptions(checkpoint_max_objects=50))
     n = int(w.state.get(b"next") or b"0")
-    inflight: set[asyncio.Task[None]] = set()
 
     async def one(i: int) -> None:
         batch = WriteBatch().put(b"k%08d" % i, b"v%d" % i).put(b"next", b"%d" % (i + 1))
@@ -27,13 +28,23 @@ async def commit_forever(objects: ObjectStore) -> None:
         sys.stdout.write(f"ack {i}\n")
         sys.stdout.flush()
 
-    while True:  # up to 8 concurrent committers: groups of several commits
+    await keep_committing(one, n, asyncio.Event())
+
+
+async def keep_committing(
+    one: Callable[[int], Coroutine[Any, Any, None]], n: int, stop: asyncio.Event
+) -> None:
+    """Call ``one(n)``, ``one(n + 1)``... with up to 8 calls in flight (so
+    that commits share groups) until ``stop`` is set; then wait for those."""
+    inflight: set[asyncio.Task[None]] = set()
+    while not stop.is_set():
         while len(inflight) < 8:
             t = asyncio.create_task(one(n))
             inflight.add(t)
             t.add_done_callback(inflight.discard)
             n += 1
         await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
+    await asyncio.gather(*inflight)
 
 
 async def fence(objects: ObjectStore, tag: str) -> None:

@@ -14,6 +14,8 @@ from __future__ import annotations
 import asyncio
 import sys
 
+from log_child import keep_committing
+
 from durable.errors import Fenced
 from durable.store.log import LogOptions, LogWriter, WriteBatch
 from durable.store.objects import SegmentObjectStore
@@ -36,16 +38,7 @@ async def main(root: str, segment_bytes: str, tag: str) -> None:
         sys.stdout.write(f"ack {tag} {i}\n")
         sys.stdout.flush()
 
-    inflight: set[asyncio.Task[None]] = set()
-    n = 0
-    while not fenced.is_set():
-        while len(inflight) < 8:
-            t = asyncio.create_task(one(n))
-            inflight.add(t)
-            t.add_done_callback(inflight.discard)
-            n += 1
-        await asyncio.wait(inflight, return_when=asyncio.FIRST_COMPLETED)
-    await asyncio.gather(*inflight)
+    await keep_committing(one, 0, fenced)
     print(f"fenced {tag}", flush=True)
 
 
