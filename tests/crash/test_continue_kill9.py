@@ -7,9 +7,10 @@ calls ``durable.continue_as_new``, or 10 ms after (the kill lands before or
 after the settlement that starts the next incarnation, or while it commits),
 or after a step of an incarnation is done. A new process finishes the run. The run's result
 is right (every incarnation saw its predecessor's arguments once), its
-status counts every incarnation, and only a step in flight at the kill ran
-twice: an incarnation the store had left behind never ran again, and the
-journal of the one in progress answered its finished steps.
+status counts every incarnation, and only a step whose entry was not yet
+durable at the kill ran twice: an incarnation the store had left behind
+never ran again, and the journal of the one in progress answered its
+finished steps.
 """
 
 from __future__ import annotations
@@ -85,13 +86,16 @@ def test_a_run_killed_across_incarnations_resumes_in_a_new_process(
     run_id = f"cont-{name}"
     start_and_kill(store, log, run_id, at, later)
     killed = lines(log, run_id)
-    # A step the workflow went past before the kill (a later step began, or the
-    # body continued as new) was journaled; any other that began was in flight.
+    # A step followed by a later step's start was journaled (a step's body
+    # starts once the entries before it are durable); any other that began was
+    # in flight. Not a `continue_as_new` call after it: the last step's entry
+    # rides the settlement's commit (issue 20, point 2), which the kill may
+    # have stopped.
     began = [(inc, pos) for kind, inc, *pos_ in killed if kind == "start" for pos in pos_]
     passed = {
         (line[1], line[2])
         for i, line in enumerate(killed)
-        if line[0] == "done" and any(later[0] in ("start", "cont") for later in killed[i + 1 :])
+        if line[0] == "done" and any(later[0] == "start" for later in killed[i + 1 :])
     }
     in_flight = set(began) - passed
     assert finish(store, log, run_id) == [expected(), INCARNATIONS - 1]
