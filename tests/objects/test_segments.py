@@ -424,3 +424,23 @@ async def test_a_torn_entry_that_stays_is_a_dead_writers_and_is_cut(
     assert await SegmentObjectStore(tmp_path).get(log(2)) == b"b2"
     await a.close()
     await b.close()
+
+
+async def test_segments_rolled_before_roll_entries_still_chain(tmp_path: Path) -> None:
+    """A store the opt-in medium of an earlier release wrote: a segment ends
+    at its last record and the next is named after the record that follows."""
+    seg_dir = tmp_path / "segments"
+    seg_dir.mkdir()
+    (seg_dir / f"{1:020d}.seg").write_bytes(encode_record(1, b"r1") + encode_record(2, b"r2"))
+    (seg_dir / f"{3:020d}.seg").write_bytes(encode_record(3, b"r3"))
+    store = SegmentObjectStore(tmp_path)
+    await store.claim_log()
+    assert await store.list("log/") == [log(1), log(2), log(3)]
+    await store.create(log(4), b"r4")
+    assert [await SegmentObjectStore(tmp_path).get(log(i)) for i in range(1, 5)] == [
+        b"r1",
+        b"r2",
+        b"r3",
+        b"r4",
+    ]
+    await store.close()

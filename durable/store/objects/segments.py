@@ -303,6 +303,10 @@ class _Segments:
             if not seg.rolled:
                 cut = recover and not any(f > seg.first for f in names)
                 self._scan(seg, last=True, recover=cut)
+                if not seg.rolled and seg.next_seq in names and _ends_clean(seg):
+                    # Made before roll entries (an earlier release): the next
+                    # segment starts right after its last record, nothing after.
+                    seg.rolled = True
             path = names.get(seg.next_seq) if seg.rolled else None
         later = sorted(f for f in names if f > segs[-1].first)
         if later and not segs[-1].rolled:
@@ -549,6 +553,14 @@ class _Segments:
 
     def _path(self, seq: int) -> str:
         return os.path.join(self.dir, f"{seq:0{_WIDTH}d}{_SUFFIX}")
+
+
+def _ends_clean(seg: _Segment) -> bool:
+    """Whether ``seg``'s file ends right after its last winning entry."""
+    try:
+        return bool(seg.records) and os.path.getsize(seg.path) == seg.won_end
+    except FileNotFoundError:
+        return False
 
 
 def _entry_is(path: str, offset: int, entry: bytes) -> bool:
