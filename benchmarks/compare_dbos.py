@@ -1,6 +1,6 @@
 """``durable`` against DBOS (issue 20, point 3): the same workloads, back to back.
 
-    python -m benchmarks.compare_dbos [--quick]
+    python -m benchmarks.compare_dbos [--quick] [--rounds N]
 
 DBOS (``pip install -e '.[bench]'``) runs on SQLite (``DBOSConfig`` with
 ``system_database_url="sqlite:///<temp dir>/dbos.sqlite"``, its defaults
@@ -11,7 +11,11 @@ other, each step journaled by its system. Every system runs in its own child
 process (a fresh interpreter that imports only that system), so the peak
 RSS and threads are each system's own, and the kill -9 is a real one.
 
-Workloads, in one child per system (after one warm-up run):
+Workloads, in one child per system (after one warm-up run), made in
+``--rounds`` rounds (3; 1 with ``--quick``) with the systems alternating,
+each round in fresh children and stores; each figure is the median over
+the rounds (the peaks: the highest), because on a shared host one round
+swings by a third:
 
 - ``throughput``: 500 runs of 10 steps, started together (chunks of 100
   concurrent starts) and awaited: steps/s from the first start to the last
@@ -455,16 +459,32 @@ def table(figures: dict[str, Any], sizes: Sizes) -> str:
     return "\n".join(lines)
 
 
-def main(quick: bool) -> dict[str, Any]:
+def combine(rounds: list[dict[str, float]]) -> dict[str, float]:
+    """One system's figures over the rounds: the median of each, the peak of
+    the peaks (RSS, threads)."""
+    return {
+        key: max(r[key] for r in rounds)
+        if key.startswith("peak_")
+        else round(statistics.median(r[key] for r in rounds), 4)
+        for key in rounds[0]
+    }
+
+
+def main(quick: bool, rounds: int) -> dict[str, Any]:
     """Run every workload for both systems; print the table; return the figures."""
     sizes = Sizes.of(quick)
     figures: dict[str, Any] = {f"{k}": v for k, v in vars(sizes).items()}
+    figures["rounds"] = rounds
     per: dict[str, dict[str, float]] = {name: {} for name in SYSTEMS}
     tmp = Path(tempfile.mkdtemp(prefix="durable-compare-dbos-"))
     try:
+        seen: dict[str, list[dict[str, float]]] = {name: [] for name in SYSTEMS}
+        for i in range(rounds):  # the systems alternate, so that both see the same noise
+            for name in SYSTEMS:
+                seen[name].append(child("main", name, tmp / f"{name}-main-{i}", quick))
+                log(f"{name}, round {i + 1} of {rounds}: {seen[name][-1]}")
         for name in SYSTEMS:
-            per[name].update(child("main", name, tmp / f"{name}-main", quick))
-            log(f"{name}: {per[name]}")
+            per[name].update(combine(seen[name]))
         for name in SYSTEMS:
             trace = tmp / f"{name}-trace.txt"
             child("crash", name, tmp / f"{name}-crash", quick, trace)
@@ -503,8 +523,15 @@ if __name__ == "__main__":
     parser.add_argument("--system", choices=SYSTEMS, help=argparse.SUPPRESS)
     parser.add_argument("--dir", help=argparse.SUPPRESS)
     parser.add_argument("--trace", help=argparse.SUPPRESS)
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=None,
+        help="rounds of the throughput, 1-step and sequential workloads, the systems "
+        "alternating; medians are reported (default 3; 1 with --quick)",
+    )
     args = parser.parse_args()
     if args.child:
         print(json.dumps(run_child(args)))
     else:
-        print(json.dumps(main(args.quick)))
+        print(json.dumps(main(args.quick, args.rounds or (1 if args.quick else 3))))

@@ -46,6 +46,7 @@ def test_compare_dbos_quick_prints_a_table_and_json_figures() -> None:
         ratio = figures[f"durable_{f}"] / figures[f"dbos_{f}"]
         assert figures[f"{f}_ratio"] == pytest.approx(ratio, rel=0.01)
     # The step that sent SIGKILL never committed: each system runs it again.
+    assert figures["rounds"] == 1  # --quick: one round of the main workloads
     assert figures["durable_steps_run_again"] >= 1
     assert figures["dbos_steps_run_again"] >= 1
     p50, p95, p99 = (figures[f"durable_one_step_p{p}_ms"] for p in (50, 95, 99))
