@@ -4,7 +4,7 @@
 clock, default options), starts a run that waits for a signal, prints
 ``waiting`` once it is parked, then waits on ``handle.result(timeout=60)``.
 Prints what that raised (``result: Fenced``) and what a later status read
-raised, then exits 0.
+did (raised, or returned once the engine took the store back), then exits 0.
 """
 
 from __future__ import annotations

@@ -187,7 +187,11 @@ def test_a_fenced_engine_in_another_process_raises_fenced_promptly(tmp_path: Pat
             child.kill()
             print(child.stderr.read(), file=sys.stderr)
             raise
-    assert lines == ["result: Fenced", "status: Fenced"]
+    assert lines[0] == "result: Fenced"
+    # A later status read sees the fencing, or (the fencer closed at once, and
+    # the fenced engine stands by and takes the store back: on the segment
+    # medium within a lock poll) answers from the store again.
+    assert lines[1] in ("status: Fenced", "status: returned")
     assert elapsed < INTERVAL + 5.0  # one check interval, not the 60 s timeout
 
 
