@@ -255,8 +255,8 @@ class StepWriter:
         (if any): its buffered values are committed, then one marker per key
         it wrote and the deletion of its record, in commit order. The
         discarded attempt's number (0: none recorded)."""
-        kv = _kv(self.run)
         buffer = _buffer(self.run)
+        kv = buffer.kv
         buffer.flush()
         wkey = writer_key(self.run.run_id, self.position)
         stored = kv.get(wkey)
@@ -285,12 +285,15 @@ class StepWriter:
 
     def finished(self) -> None:
         """After the step's result is journaled: drop the writer record (a
-        crash before this leaves it for a position that never runs again)."""
-        if self.run.engine.queue.kv.internal().get(writer_key(self.run.run_id, self.position)):
-            batch = _kv(self.run).stage_delete(
-                WriteBatch(), writer_key(self.run.run_id, self.position)
-            )
-            _buffer(self.run).commit(batch, [])
+        crash before this leaves it for a position that never runs again).
+        Only an attempt that wrote values has one: `begin` and `discard`
+        delete the record of an earlier attempt."""
+        if not self.keys:
+            return
+        buffer = _buffer(self.run)
+        wkey = writer_key(self.run.run_id, self.position)
+        if buffer.kv.get(wkey):
+            buffer.commit(buffer.kv.stage_delete(WriteBatch(), wkey), [])
 
 
 _writer: ContextVar[StepWriter | None] = ContextVar("durable_stream_writer", default=None)

@@ -8,6 +8,9 @@ from the run memo. It needs only a `QueueView` (a live `Queue`'s or a
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 from durable.engine import keys
 from durable.engine.memo import MemoStore
 from durable.engine.records import (
@@ -38,6 +41,8 @@ __all__ = ["WorkflowView"]
 #: step but changes only on submit and cancel.
 _RECORD_CACHE = 1024
 
+_R = TypeVar("_R")
+
 
 class WorkflowView:
     """Read-only access to runs: `status` and `outcome`."""
@@ -45,7 +50,9 @@ class WorkflowView:
     def __init__(self, queue: QueueView, memos: MemoStore) -> None:
         self.queue = queue
         self.memos = memos
+        #: Decoded records by their stored bytes (they are immutable).
         self._records: dict[bytes, RunRecord] = {}
+        self._terminals: dict[bytes, TerminalRecord] = {}
 
     def _kv(self, key: bytes) -> bytes | None:
         return self.queue.kv_get(key)
@@ -55,13 +62,9 @@ class WorkflowView:
         raw = self._kv(keys.run_key(run_id))
         if raw is None:
             return None
-        record = self._records.get(raw)
-        if record is None:
-            record = decode_run_record(raw, f"run record of {run_id!r}")
-            if len(self._records) >= _RECORD_CACHE:
-                self._records.clear()
-            self._records[raw] = record
-        return record
+        return _cached(
+            self._records, raw, lambda: decode_run_record(raw, f"run record of {run_id!r}")
+        )
 
     def pointer(self, run_id: str) -> StepPointer | None:
         """The current-step pointer of an active run, or None."""
@@ -73,7 +76,11 @@ class WorkflowView:
         raw = self._kv(keys.outcome_key(run_id))
         if raw is None:
             return None
-        return decode_terminal_record(raw, f"terminal record of {run_id!r}")
+        return _cached(
+            self._terminals,
+            raw,
+            lambda: decode_terminal_record(raw, f"terminal record of {run_id!r}"),
+        )
 
     def status(self, run_id: str) -> RunStatus | None:
         """Where run ``run_id`` is; None if no such run is known."""
@@ -118,3 +125,15 @@ class WorkflowView:
         # A record from an earlier run with the same id, or from a settlement
         # that did not commit, belongs to another termination.
         return result.outcome if result.termination == terminal.termination else None
+
+
+def _cached(cache: dict[bytes, _R], raw: bytes, decode: Callable[[], _R]) -> _R:
+    """``cache[raw]``, decoded first if absent (the cache is emptied once it
+    holds `_RECORD_CACHE` records)."""
+    record = cache.get(raw)
+    if record is None:
+        record = decode()
+        if len(cache) >= _RECORD_CACHE:
+            cache.clear()
+        cache[raw] = record
+    return record

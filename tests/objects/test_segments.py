@@ -7,14 +7,16 @@ as a dead writer would leave them (cut, zero-filled or with a flipped byte).
 
 from __future__ import annotations
 
+import asyncio
 import os
+import threading
 from pathlib import Path
 
 import pytest
 
 from durable.errors import CorruptObject, LogLocked, ObjectExists, ObjectStoreError
 from durable.store.log import LogOptions, LogReader, LogWriter, WriteBatch
-from durable.store.objects import LocalObjectStore, SegmentObjectStore, open_object_store
+from durable.store.objects import LocalObjectStore, SegmentObjectStore, open_object_store, segments
 from durable.store.objects.segments import decode_records, encode_record
 
 HEADER = 20  # magic, seq, length, crc
@@ -201,6 +203,55 @@ async def test_a_checkpoint_removes_covered_segments_and_reopen_keeps_every_comm
     w2 = await LogWriter.open(SegmentObjectStore(tmp_path))
     assert [k for k, _ in w2.state.scan()] == [b"k%02d" % i for i in range(40)]
     await w2.close()
+
+
+# ------------------------------------------------------- where appends run
+
+
+async def _appended_in(store: SegmentObjectStore, seq: int, *, busy: bool) -> int:
+    """The thread that appended record ``seq`` (with another callback ready
+    on the loop if ``busy``)."""
+    segs = store._log_of("")
+    threads: list[int] = []
+    append = segs.append
+
+    def noting(s: int, body: bytes) -> None:
+        threads.append(threading.get_ident())
+        append(s, body)
+
+    segs.append = noting  # type: ignore[method-assign]
+    try:
+        if busy:
+            asyncio.get_running_loop().call_soon(lambda: None)
+        await store.create(log(seq), b"x")
+    finally:
+        del segs.append
+    return threads[0]
+
+
+async def test_appends_run_on_the_loop_while_it_is_idle_and_the_disk_quick(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await written(tmp_path, [b"a"] * 20)  # the average of 20 appends
+    loop_thread = threading.get_ident()
+    monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 10.0)
+    assert await _appended_in(store, 21, busy=False) == loop_thread
+    # Another callback ready: the loop goes on with it while a thread syncs.
+    assert await _appended_in(store, 22, busy=True) != loop_thread
+    # A slow disk (recent appends over the bound) never blocks the loop.
+    monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 0.0)
+    assert await _appended_in(store, 23, busy=False) != loop_thread
+    monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 10.0)
+    # A thread holds the log (a listing): the append waits in a thread, not the loop.
+    segs = store._log_of("")
+    with segs.lock:
+        task = asyncio.create_task(_appended_in(store, 24, busy=False))
+        await asyncio.sleep(0)
+        assert not task.done()
+    assert await task != loop_thread
+    await store.close()
+    reopened = SegmentObjectStore(tmp_path)
+    assert await reopened.list("log/") == [log(i) for i in range(1, 25)]
 
 
 # ------------------------------------------------------------------ fencing

@@ -8,7 +8,9 @@ and serves the log's names from *segment files* instead, so the log above
 it runs unchanged:
 
 - ``create("log/<seq>", data)`` appends one record to the current segment
-  and calls ``os.fdatasync`` once: one append and one sync per group commit.
+  and calls ``os.fdatasync`` once: one append and one sync per group commit
+  (in a worker thread; on the event loop's thread while nothing else is
+  ready to run there and the disk is quick: `INLINE_APPEND_MAX`).
 - ``get`` / ``list`` of log names read the records back.
 - ``delete`` of log names (the log's trim after a checkpoint) removes the
   segments whose records all precede the newest name deleted (never the
@@ -147,6 +149,18 @@ _ROLL = b"DROL"
 _HEADER = struct.Struct(">4sQII")
 #: How long a takeover waits for a torn tail that a live writer is still writing.
 _TORN_WAIT = 2.0
+#: Appends run on the event loop's thread, not a worker thread, while the
+#: loop has nothing else ready and recent appends (``write`` + ``fdatasync``)
+#: took less than this (seconds, a moving average): a run that goes step by
+#: step then waits for the disk alone, not for a thread's hand-over too.
+INLINE_APPEND_MAX = 0.001
+
+
+def _loop_idle() -> bool:
+    """Whether the running event loop has no other callback ready to run
+    (asyncio's own loop; any other counts as busy)."""
+    ready = getattr(asyncio.get_running_loop(), "_ready", None)
+    return ready is not None and not ready
 
 
 def encode_record(seq: int, body: bytes) -> bytes:
@@ -279,6 +293,11 @@ class _Segments:
         self.fd_path = ""  # its path
         self.at = 0  # where the writer expects its next entry to land in `fd`
         self.broken: str | None = None
+        self.append_seconds = INLINE_APPEND_MAX  # moving average of `append`
+
+    def quick(self) -> bool:
+        """Whether recent appends took less than `INLINE_APPEND_MAX`."""
+        return self.append_seconds < INLINE_APPEND_MAX
 
     # ------------------------------------------------------------- reading
 
@@ -415,6 +434,7 @@ class _Segments:
         `_Taken` if another writer's entry took the slot."""
         if self.broken is not None:
             raise OSError(errno.EIO, self.broken)
+        began = time.perf_counter()
         self._check_next(seq)
         if self.fd is None or self.at >= self.segment_bytes:
             self._roll(seq)
@@ -426,6 +446,7 @@ class _Segments:
         if at is not None:  # alone in the file: no re-scan needed
             seg.records.append((at + _HEADER.size, len(body)))
             seg.end = seg.won_end = self.at
+        self.append_seconds += (time.perf_counter() - began - self.append_seconds) / 8
 
     def _check_next(self, seq: int) -> None:
         last = self.segs[-1] if self.segs else None
@@ -843,23 +864,32 @@ class SegmentObjectStore(ObjectStore):
             err.transient = False
             raise err
         segs = self._log_of(where[0])
+        if _loop_idle() and segs.quick() and segs.lock.acquire(blocking=False):
+            try:  # see `INLINE_APPEND_MAX`
+                self._append_locked(name, segs, where[1], bytes(data))
+            finally:
+                segs.lock.release()
+            return
         await asyncio.to_thread(self._append, name, segs, where[1], bytes(data))
 
     def _append(self, name: str, segs: _Segments, seq: int, data: bytes) -> None:
         with segs.lock:
-            try:
-                segs.append(seq, data)
-            except _Taken:
-                raise ObjectExists(name) from None
-            except ValueError as exc:
-                err = ObjectStoreError(str(exc), name=name)
+            self._append_locked(name, segs, seq, data)
+
+    def _append_locked(self, name: str, segs: _Segments, seq: int, data: bytes) -> None:
+        try:
+            segs.append(seq, data)
+        except _Taken:
+            raise ObjectExists(name) from None
+        except ValueError as exc:
+            err = ObjectStoreError(str(exc), name=name)
+            err.transient = False
+            raise err from None
+        except OSError as exc:
+            err = self._error("append", name, exc)
+            if segs.broken is not None:
                 err.transient = False
-                raise err from None
-            except OSError as exc:
-                err = self._error("append", name, exc)
-                if segs.broken is not None:
-                    err.transient = False
-                raise err from exc
+            raise err from exc
 
     async def list(self, prefix: str) -> builtins.list[str]:
         """Every name that starts with ``prefix``, sorted ascending."""
