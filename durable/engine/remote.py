@@ -120,11 +120,18 @@ def decode_reply_marker(data: bytes) -> ReplyMarker:
 class ReplyWatcherHandle:
     """A running `ReplyWatcher` loop; `shutdown` stops it."""
 
-    def __init__(self, task: asyncio.Task[None]) -> None:
+    def __init__(self, task: asyncio.Task[None], watcher: ReplyWatcher) -> None:
         self._task = task
+        self._watcher = watcher
 
     async def shutdown(self) -> None:
-        """Stop polling (a pass in progress is cancelled; the next one redoes it)."""
+        """Stop polling: a pass in progress ends first (a reply it delivered
+        is cleaned up too), then the wait for the next pass is cut short.
+        Cancelling the caller cancels the pass (the next one redoes it)."""
+        watcher = self._watcher
+        watcher._stopping = True
+        if not self._task.done():
+            await watcher._between_passes.wait()
         self._task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
             await self._task
@@ -161,6 +168,9 @@ class ReplyWatcher:
         self.objects = objects if objects is not None else runtime.queue.writer.objects
         self.prefix = prefix
         self.interval = float(interval)
+        self._stopping = False
+        self._between_passes = asyncio.Event()
+        self._between_passes.set()
 
     # ------------------------------------------------------------- naming
 
@@ -280,13 +290,17 @@ class ReplyWatcher:
 
     async def run(self) -> None:
         """Poll until cancelled: a pass, then ``interval`` seconds of the clock."""
-        while True:
+        while not self._stopping:
+            self._between_passes.clear()
             try:
                 await self.poll_once()
             except Exception as e:  # logged; the next pass retries
                 log.error("reply watcher pass failed", error=str(e))
+            finally:
+                self._between_passes.set()
             await self.runtime.clock.sleep(self.interval)
 
     def spawn(self) -> ReplyWatcherHandle:
         """Start `run` as a task on this event loop."""
-        return ReplyWatcherHandle(asyncio.create_task(self.run(), name="durable-reply-watcher"))
+        task = asyncio.create_task(self.run(), name="durable-reply-watcher")
+        return ReplyWatcherHandle(task, self)

@@ -203,6 +203,36 @@ async def test_the_watcher_loop_polls_on_the_runtimes_clock(
     assert end.outcome.result == b"THREE CHAIRS, ONE TABLE"
 
 
+async def test_shutdown_lets_the_pass_in_progress_clean_up_what_it_delivered(
+    open_queue: Opener, make_objects: Factory, clock: MockClock
+) -> None:
+    """The run may end (and its host shut the watcher down) between the
+    reply's delivery and its cleanup: the pass finishes first."""
+
+    class Gated(FaultyObjectStore):
+        async def delete(self, names: object) -> None:
+            deleting.set()
+            await proceed.wait()
+            await super().delete(names)  # type: ignore[arg-type]
+
+    deleting, proceed = asyncio.Event(), asyncio.Event()
+    host = await Host(open_queue, Requester()).start(objects=Gated(make_objects()))
+    await host.request()
+    await remote_worker(make_objects(), *host.runner.requests[0])
+    handle = host.watcher.spawn()
+    await deleting.wait()  # signalled, the cleanup under way
+    stopping = asyncio.create_task(handle.shutdown())
+    await asyncio.sleep(0)
+    assert not stopping.done()  # it waits for the pass
+    proceed.set()
+    await stopping
+    assert not handle.running
+    assert await host.watcher.pending() == {}
+    assert await gone(make_objects(), REPLY)
+    end = await finish(host.rt, RUN)
+    assert end.outcome.result == b"THREE CHAIRS, ONE TABLE"
+
+
 # ---------------------------------------------------------------- crashes
 
 

@@ -208,7 +208,9 @@ async def test_a_checkpoint_removes_covered_segments_and_reopen_keeps_every_comm
 # ------------------------------------------------------- where appends run
 
 
-async def _appended_in(store: SegmentObjectStore, seq: int, *, busy: bool) -> int:
+async def _appended_in(
+    store: SegmentObjectStore, seq: int, *, busy: bool, body: bytes = b"x"
+) -> int:
     """The thread that appended record ``seq`` (with another callback ready
     on the loop if ``busy``)."""
     segs = store._log_of("")
@@ -223,7 +225,7 @@ async def _appended_in(store: SegmentObjectStore, seq: int, *, busy: bool) -> in
     try:
         if busy:
             asyncio.get_running_loop().call_soon(lambda: None)
-        await store.create(log(seq), b"x")
+        await store.create(log(seq), body)
     finally:
         del segs.append
     return threads[0]
@@ -236,22 +238,26 @@ async def test_appends_run_on_the_loop_while_it_is_idle_and_the_disk_quick(
     loop_thread = threading.get_ident()
     monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 10.0)
     assert await _appended_in(store, 21, busy=False) == loop_thread
-    # Another callback ready: the loop goes on with it while a thread syncs.
-    assert await _appended_in(store, 22, busy=True) != loop_thread
+    # Another callback ready: a small group is appended at once all the same,
+    # a large one in a thread, the loop going on with the rest meanwhile.
+    big = b"x" * (segments.INLINE_APPEND_BYTES + 1)
+    assert await _appended_in(store, 22, busy=True) == loop_thread
+    assert await _appended_in(store, 23, busy=True, body=big) != loop_thread
+    assert await _appended_in(store, 24, busy=False, body=big) == loop_thread
     # A slow disk (recent appends over the bound) never blocks the loop.
     monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 0.0)
-    assert await _appended_in(store, 23, busy=False) != loop_thread
+    assert await _appended_in(store, 25, busy=False) != loop_thread
     monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 10.0)
     # A thread holds the log (a listing): the append waits in a thread, not the loop.
     segs = store._log_of("")
     with segs.lock:
-        task = asyncio.create_task(_appended_in(store, 24, busy=False))
+        task = asyncio.create_task(_appended_in(store, 26, busy=False))
         await asyncio.sleep(0)
         assert not task.done()
     assert await task != loop_thread
     await store.close()
     reopened = SegmentObjectStore(tmp_path)
-    assert await reopened.list("log/") == [log(i) for i in range(1, 25)]
+    assert await reopened.list("log/") == [log(i) for i in range(1, 27)]
 
 
 # ------------------------------------------------------------------ fencing

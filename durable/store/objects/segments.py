@@ -9,8 +9,8 @@ it runs unchanged:
 
 - ``create("log/<seq>", data)`` appends one record to the current segment
   and calls ``os.fdatasync`` once: one append and one sync per group commit
-  (in a worker thread; on the event loop's thread while nothing else is
-  ready to run there and the disk is quick: `INLINE_APPEND_MAX`).
+  (in a worker thread; on the event loop's thread when the group is small
+  or nothing else is ready there, and the disk is quick: `INLINE_APPEND_MAX`).
 - ``get`` / ``list`` of log names read the records back.
 - ``delete`` of log names (the log's trim after a checkpoint) removes the
   segments whose records all precede the newest name deleted (never the
@@ -149,11 +149,16 @@ _ROLL = b"DROL"
 _HEADER = struct.Struct(">4sQII")
 #: How long a takeover waits for a torn tail that a live writer is still writing.
 _TORN_WAIT = 2.0
-#: Appends run on the event loop's thread, not a worker thread, while the
-#: loop has nothing else ready and recent appends (``write`` + ``fdatasync``)
-#: took less than this (seconds, a moving average): a run that goes step by
-#: step then waits for the disk alone, not for a thread's hand-over too.
+#: Appends run on the event loop's thread, not a worker thread, while recent
+#: appends (``write`` + ``fdatasync``) took less than this (seconds, a moving
+#: average) and the group is small (`INLINE_APPEND_BYTES`) or the loop has
+#: nothing else ready: a run going step by step, or a lone start, then waits
+#: for the disk alone, not for a thread's hand-over too. A large group (many
+#: runs at once) is synced in a thread while the loop goes on with the rest.
 INLINE_APPEND_MAX = 0.001
+#: The largest group commit appended on the loop's thread while other work
+#: is ready there (`INLINE_APPEND_MAX`).
+INLINE_APPEND_BYTES = 4096
 
 
 def _loop_idle() -> bool:
@@ -864,7 +869,8 @@ class SegmentObjectStore(ObjectStore):
             err.transient = False
             raise err
         segs = self._log_of(where[0])
-        if _loop_idle() and segs.quick() and segs.lock.acquire(blocking=False):
+        inline = len(data) <= INLINE_APPEND_BYTES or _loop_idle()
+        if inline and segs.quick() and segs.lock.acquire(blocking=False):
             try:  # see `INLINE_APPEND_MAX`
                 self._append_locked(name, segs, where[1], bytes(data))
             finally:
