@@ -102,6 +102,8 @@ class RunContext:
         #: The commit of the last entry `record_later` wrote, until it is
         #: known durable (`journaled`).
         self._pending: Durable | None = None
+        #: The stream writes' buffer of this delivery's store (`streams`).
+        self.stream_buffer: object | None = None
 
     @property
     def run_id(self) -> str:

@@ -51,7 +51,7 @@ from durable.decorators.step_cache import CachePolicy, cache_key_of, check_cache
 from durable.decorators.streams import StepWriter, step_writer
 from durable.decorators.suspend import Suspend
 from durable.decorators.threads import is_sync
-from durable.decorators.typed import from_plain, return_hint
+from durable.decorators.typed import converts, from_plain, return_hint
 from durable.engine.outcomes import Immediate
 from durable.errors import (
     CacheKeyError,
@@ -310,8 +310,11 @@ class StepFunction(Generic[P, R]):
     def _typed(self, value: Any, run: RunContext, position: int) -> R:
         """The step's result validated into its return annotation
         (`durable.decorators.typed`; `TypeMismatch` naming run and step)."""
+        hint = self.result_type
+        if not converts(hint):
+            return value  # type: ignore[no-any-return]
         what = f"the result of step {self.name!r} (position {position} of run {run.run_id!r})"
-        typed: R = from_plain(value, self.result_type, what)
+        typed: R = from_plain(value, hint, what)
         return typed
 
 

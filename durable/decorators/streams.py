@@ -433,10 +433,16 @@ def _kv(run: RunContext) -> KvNamespace:
 
 
 def _buffer(run: RunContext) -> _Buffer:
+    """The buffer of the store ``run`` is delivered from (looked up once per
+    delivery: a delivery runs on one store)."""
+    buffer = run.stream_buffer
+    if isinstance(buffer, _Buffer):
+        return buffer
     queue = run.engine.queue
     buffer = _buffers.get(queue)
     if buffer is None:
         buffer = _buffers[queue] = _Buffer(queue.kv.internal())
+    run.stream_buffer = buffer
     return buffer
 
 

@@ -145,6 +145,21 @@ def _needs(t: Any) -> bool:
     return any(_needs(a) for a in typing.get_args(t) if a is not Ellipsis)
 
 
+_CONVERTS: dict[Any, bool] = {}
+
+
+def converts(annotation: Any) -> bool:
+    """Whether `from_plain` converts a value of ``annotation`` (without
+    ``strict``), remembered per annotation."""
+    try:
+        found = _CONVERTS.get(annotation)
+    except TypeError:  # an unhashable annotation: not remembered
+        return _needs(annotation)
+    if found is None:
+        found = _CONVERTS[annotation] = _needs(annotation)
+    return found
+
+
 class _Mismatch(Exception):
     """Internal: where inside the value, and why."""
 
@@ -161,7 +176,7 @@ def from_plain(value: Any, annotation: Any, what: str, *, strict: bool = False) 
     whose annotation needs no conversion is returned untouched."""
     if annotation is Any:
         return value
-    if not strict and not _needs(annotation):
+    if not strict and not converts(annotation):
         return value
     try:
         return _convert(value, annotation, "value", strict)

@@ -146,7 +146,7 @@ def _consume(fut: asyncio.Future[int]) -> None:
 
 
 class _Group:
-    __slots__ = ("deadline", "durable", "future", "nbytes", "ops", "released")
+    __slots__ = ("due", "durable", "future", "nbytes", "ops", "released")
 
     def __init__(self) -> None:
         self.ops: list[bytes | None] = []
@@ -155,25 +155,9 @@ class _Group:
         self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
         self.future.add_done_callback(_consume)
         self.durable = Durable(self.future)
-        #: The timer that starts this group's flush (lazy commits made `within`).
-        self.deadline: asyncio.TimerHandle | None = None
-
-    def flush_within(self, seconds: float, wakeup: asyncio.Event) -> None:
-        """Have ``wakeup`` set within ``seconds`` (loop time) unless an earlier
-        timer of this group already does."""
-        loop = asyncio.get_running_loop()
-        when = loop.time() + seconds
-        if self.deadline is not None:
-            if self.deadline.when() <= when:
-                return
-            self.deadline.cancel()
-        self.deadline = loop.call_at(when, wakeup.set)
-
-    def taken(self) -> None:
-        """The flusher took this group: its timer is no longer needed."""
-        if self.deadline is not None:
-            self.deadline.cancel()
-            self.deadline = None
+        #: When (loop time) this group's flush starts at the latest (lazy
+        #: commits made `within`); None: when a flush is asked for.
+        self.due: float | None = None
 
 
 async def probe_atomic_create(
@@ -255,6 +239,7 @@ class LogWriter:
         self._open = _Group()
         self._inflight: _Group | None = None
         self._wakeup = asyncio.Event()
+        self._backstop: asyncio.TimerHandle | None = None  # `_flush_by`
         self._failure: StoreError | None = None
         self._closing = False
         self._since_objects = 0
@@ -354,6 +339,9 @@ class LogWriter:
             return
         self._closing = True
         self._wakeup.set()
+        if self._backstop is not None:
+            self._backstop.cancel()
+            self._backstop = None
         if self._flusher is not None:
             await asyncio.gather(self._flusher, return_exceptions=True)
         if self._ckpt_task is not None:
@@ -507,7 +495,7 @@ class LogWriter:
         if not lazy:
             self._wakeup.set()
         elif within is not None:
-            g.flush_within(within, self._wakeup)
+            self._flush_by(within)
         return g.durable
 
     def flush_within(self, seconds: float) -> None:
@@ -518,7 +506,35 @@ class LogWriter:
             if seconds <= 0:
                 self._wakeup.set()
             else:
-                self._open.flush_within(seconds, self._wakeup)
+                self._flush_by(seconds)
+
+    def _flush_by(self, seconds: float) -> None:
+        """Have the open group's flush start within ``seconds`` at the
+        latest. One timer serves every group (a group taken before it fires
+        needs none; it then re-arms for the open group's due time, if any),
+        not one per group: a run going step by step makes a group per step."""
+        loop = asyncio.get_running_loop()
+        when = loop.time() + seconds
+        g = self._open
+        if g.due is None or when < g.due:
+            g.due = when
+        timer = self._backstop
+        if timer is not None and timer.when() <= when:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._backstop = loop.call_at(when, self._backstop_fired)
+
+    def _backstop_fired(self) -> None:
+        self._backstop = None
+        due = self._open.due
+        if due is None:
+            return
+        loop = asyncio.get_running_loop()
+        if due <= loop.time():
+            self._wakeup.set()
+        else:
+            self._backstop = loop.call_at(due, self._backstop_fired)
 
     async def flush(self) -> None:
         """Wait until every commit made so far is durable."""
@@ -565,7 +581,6 @@ class LogWriter:
                 continue
             self._open = _Group()
             self._inflight = g
-            g.taken()
             seq = self._seq + 1
             snapshot = self._snapshot_if_due(g.nbytes)
             data = encode_log(seq, self.writer_id, g.ops, marker=False)
