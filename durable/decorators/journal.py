@@ -316,7 +316,7 @@ class Journal:
         which the caller awaits before anything builds on the entry.
         Raises what the commit raises at once (a stopped writer).
         """
-        stored = await offload(self._memo, position, entry)
+        stored = await offload(self._memo, position, entry) if oversized(entry) else entry
         kv = self._kv
         batch = kv.stage_put(WriteBatch(), entry_key(self.run_id, position), encode_entry(stored))
         for key, value in self._staged.items():
@@ -363,14 +363,19 @@ class Journal:
         return ok, err
 
 
+def oversized(entry: Entry) -> bool:
+    """Whether ``entry``'s result or error is over `INLINE_MAX` bytes (the
+    run memo keeps it: `offload`)."""
+    return (entry.ok is not None and len(entry.ok) > INLINE_MAX) or (
+        entry.err is not None and len(entry.err) > INLINE_MAX
+    )
+
+
 async def offload(memo: Memo, position: int, entry: Entry) -> Entry:
     """``entry`` as the journal of ``memo``'s run stores it at ``position``: a
     result or error over `INLINE_MAX` bytes is written to the run memo first
     (durable on return) and the entry keeps a reference."""
-    big = (entry.ok is not None and len(entry.ok) > INLINE_MAX) or (
-        entry.err is not None and len(entry.err) > INLINE_MAX
-    )
-    if not big:
+    if not oversized(entry):
         return entry
     await memo.put(_memo_key(position), {"ok": entry.ok, "err": entry.err})
     return entry.replace(

@@ -214,6 +214,8 @@ class StepFunction(Generic[P, R]):
 
     def _ended(self, run_id: str, position: int, began: float, error: BaseException | None) -> None:
         """Emit the ``step_end`` event of the step at ``position``."""
+        if not events.enabled("step_end"):
+            return
         events.emit(
             "step_end",
             run_id=run_id,
