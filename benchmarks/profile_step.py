@@ -5,14 +5,16 @@
 Runs one workflow of N no-op steps (default 200; 50 with ``--quick``) on
 ``Engine(<temp dir>)`` (the segment log medium) twice: first plainly, for
 the wall time per step, then under `cProfile` (the event loop's thread;
-the log's appends and ``fdatasync`` run in a worker thread, so the loop
-sees them as time waiting in ``select``). It prints:
+a run going step by step has its log appends and ``fdatasync`` made on
+that thread, `durable.store.objects.segments.INLINE_APPEND_MAX`, where
+they show as the ``disk`` layer; one made in a worker thread shows as
+time waiting in ``select``). It prints:
 
-- the wall time per step, and the loop thread's CPU time per step;
-- the split of the profiled time per step: waiting in ``select`` (the log
-  write in its worker thread, and the wake-up) against the loop's own work,
-  and that work by layer (engine and decorators, the store, codecs,
-  asyncio itself);
+- the wall time per step, and the loop thread's CPU time per step (the
+  kernel's work for the sync included);
+- the split of the profiled time per step: the disk, waiting in
+  ``select``, and the loop's own work by layer (engine and decorators, the
+  store, codecs, asyncio itself);
 - one ``os.write`` + ``os.fdatasync`` on the same disk (p50), the floor;
 - the 15 functions with the most own time.
 
@@ -37,6 +39,7 @@ import durable
 from durable import Engine
 
 LAYERS = (
+    ("disk", ("posix.fdatasync", "posix.write", "posix.fstat")),
     ("select", ("select.epoll", "selectors.py")),
     ("engine", ("durable/decorators", "durable/engine", "durable/cluster")),
     ("store", ("durable/store",)),
@@ -125,7 +128,10 @@ def main() -> None:
     print(f"{steps} sequential steps on Engine(<temp dir>)")
     print(f"wall ms per step: {wall / steps * 1000:.3f} (loop CPU {cpu / steps * 1000:.3f})")
     print(f"one append + fdatasync on this disk, p50: {floor:.3f} ms")
-    print("profiled ms per step, by layer (select = waiting for the log's worker thread):")
+    print(
+        "profiled ms per step, by layer (disk = the log's write and sync on this thread; "
+        "select = waiting, for a worker thread's write among others):"
+    )
     for layer, ms in sorted(per_step.items(), key=lambda kv: -kv[1]):
         print(f"  {layer:8s} {ms:8.4f}  {by_layer[layer] / total:6.1%}")
     print("functions with the most own time (ms per step):")
