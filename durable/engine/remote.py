@@ -301,6 +301,7 @@ class ReplyWatcher:
             await self.runtime.clock.sleep(self.interval)
 
     def spawn(self) -> ReplyWatcherHandle:
-        """Start `run` as a task on this event loop."""
+        """Start `run` as a task on this event loop (again after a `shutdown`)."""
+        self._stopping = False
         task = asyncio.create_task(self.run(), name="durable-reply-watcher")
         return ReplyWatcherHandle(task, self)
