@@ -27,11 +27,10 @@ by the process running the run names its step in flight (`executing_step`).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import weakref
-from collections.abc import Callable, Container, Iterator, Mapping
-from contextvars import Context, ContextVar, copy_context
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Container, Mapping
+from contextvars import Context, ContextVar, Token, copy_context
+from typing import TYPE_CHECKING, Any, Generic, TypeVar
 
 from durable.decorators.journal import PATCH
 from durable.decorators.parking import Parked, Parking
@@ -59,6 +58,8 @@ __all__ = [
     "run_id",
     "running_step",
 ]
+
+_T = TypeVar("_T")
 
 _run: ContextVar[RunContext | None] = ContextVar("durable_run", default=None)
 _step: ContextVar[str | None] = ContextVar("durable_step", default=None)
@@ -256,19 +257,10 @@ class RunContext:
             raise Abort(str(e), e) from e
         raise error
 
-    @contextlib.contextmanager
-    def executing(self, position: int, name: str) -> Iterator[None]:
+    def executing(self, position: int, name: str) -> _Executing:
         """Mark step ``name`` at ``position`` as running its body, for
         `executing_step`, until the block ends."""
-        runs = _executing.setdefault(self.engine, {})
-        steps = runs.setdefault(self.run_id, {})
-        steps[position] = name
-        try:
-            yield
-        finally:
-            steps.pop(position, None)
-            if not steps and runs.get(self.run_id) is steps:
-                del runs[self.run_id]
+        return _Executing(self, position, name)
 
     def track(self) -> asyncio.Task[object] | None:
         """Register the current task as running a step or wait of this
@@ -347,15 +339,57 @@ def current_run(what: str) -> RunContext:
     return run
 
 
-@contextlib.contextmanager
-def in_step(name: str) -> Iterator[None]:
+class Setting(Generic[_T]):
+    """A context manager that sets a `ContextVar` for its block and resets
+    it after (a class, not a generator: it runs around every step body)."""
+
+    __slots__ = ("_token", "_value", "_var")
+
+    def __init__(self, var: ContextVar[_T], value: _T) -> None:
+        self._var = var
+        self._value = value
+        self._token: Token[_T] | None = None
+
+    def __enter__(self) -> _T:
+        self._token = self._var.set(self._value)
+        return self._value
+
+    def __exit__(self, *exc: object) -> None:
+        if self._token is not None:
+            self._var.reset(self._token)
+            self._token = None
+
+
+def in_step(name: str) -> Setting[str | None]:
     """Mark the calling context as running the body of step ``name`` (tasks
-    created inside inherit the mark)."""
-    token = _step.set(name)
-    try:
-        yield
-    finally:
-        _step.reset(token)
+    created inside inherit the mark) until the block ends."""
+    return Setting(_step, name)
+
+
+class _Executing:
+    """`RunContext.executing`'s context manager."""
+
+    __slots__ = ("_name", "_position", "_run")
+
+    def __init__(self, run: RunContext, position: int, name: str) -> None:
+        self._run = run
+        self._position = position
+        self._name = name
+
+    def __enter__(self) -> None:
+        runs = _executing.setdefault(self._run.engine, {})
+        runs.setdefault(self._run.run_id, {})[self._position] = self._name
+
+    def __exit__(self, *exc: object) -> None:
+        runs = _executing.get(self._run.engine)
+        if runs is None:
+            return
+        steps = runs.get(self._run.run_id)
+        if steps is None:
+            return
+        steps.pop(self._position, None)
+        if not steps:
+            del runs[self._run.run_id]
 
 
 def executing_step(engine: EngineBase, run_id: str) -> str | None:

@@ -35,7 +35,7 @@ import asyncio
 import functools
 import time
 from collections.abc import Callable, Coroutine
-from contextlib import nullcontext
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Generic, ParamSpec, Protocol, TypeVar, cast, overload
 
 from durable import events
@@ -68,6 +68,8 @@ R = TypeVar("R")
 P2 = ParamSpec("P2")
 R2 = TypeVar("R2")
 
+#: The span of a step while tracing is off (`nullcontext` is reusable).
+_NO_SPAN: AbstractContextManager[object] = nullcontext()
 _KINDS = frozenset({STEP, START})
 
 
@@ -242,7 +244,8 @@ class StepFunction(Generic[P, R]):
         if self.at_most_once:
             await run.record(position, Entry(self.name, START, time=started))
         tracing, began = events.TRACING, time.perf_counter()
-        events.emit("step_start", run_id=run.run_id, step=self.name, position=position)
+        if events.enabled("step_start"):
+            events.emit("step_start", run_id=run.run_id, step=self.name, position=position)
         try:
             if self.executor == INLINE and self.sync:  # a `def` body: in the engine's pool
                 threads = run.engine.threads
@@ -280,7 +283,7 @@ class StepFunction(Generic[P, R]):
             span = (
                 tracing.step_span(run.run_id, self.name, position)
                 if tracing is not None
-                else nullcontext()
+                else _NO_SPAN
             )
             with span, in_step(self.name), run.executing(position, self.name), step_writer(writer):
                 result = await run_attempts(

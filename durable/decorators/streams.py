@@ -45,9 +45,8 @@ removes them with the run.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import weakref
-from collections.abc import Coroutine, Iterator
+from collections.abc import Coroutine
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any
@@ -55,7 +54,7 @@ from typing import Any
 import msgpack
 
 from durable._logging import get_logger
-from durable.decorators.context import RunContext, active_run
+from durable.decorators.context import RunContext, Setting, active_run
 from durable.engine.runs import RESERVED_KV_PREFIX
 from durable.errors import CorruptEngineRecord, InvalidArgument, NotInWorkflow, StreamClosed
 from durable.store.kv import KvNamespace
@@ -299,15 +298,10 @@ class StepWriter:
 _writer: ContextVar[StepWriter | None] = ContextVar("durable_stream_writer", default=None)
 
 
-@contextlib.contextmanager
-def step_writer(writer: StepWriter) -> Iterator[StepWriter]:
+def step_writer(writer: StepWriter) -> Setting[StepWriter | None]:
     """Make ``writer`` the `StepWriter` of the calling context (the body of
     its step) until the block ends."""
-    token = _writer.set(writer)
-    try:
-        yield writer
-    finally:
-        _writer.reset(token)
+    return Setting(_writer, writer)
 
 
 # ------------------------------------------------------------------ the buffer

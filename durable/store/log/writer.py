@@ -123,7 +123,14 @@ class Durable:
         self._fut = fut
 
     def __await__(self) -> Generator[Any, None, int]:
-        return asyncio.shield(self._fut).__await__()
+        # `asyncio.shield`, leaner: a waiter of its own that a cancelled
+        # caller cancels, the commit's future untouched.
+        fut = self._fut
+        if not fut.done():
+            waiter: asyncio.Future[None] = fut.get_loop().create_future()
+            fut.add_done_callback(functools.partial(_relay, waiter))
+            yield from waiter
+        return fut.result()
 
     def done(self) -> bool:
         """True once the commit is durable or has failed."""
@@ -138,6 +145,11 @@ class Durable:
     def add_done_callback(self, fn: Callable[[], object]) -> None:
         """Call ``fn()`` once the commit is durable or has failed."""
         self._fut.add_done_callback(lambda _fut: fn())
+
+
+def _relay(waiter: asyncio.Future[None], _fut: asyncio.Future[int]) -> None:
+    if not waiter.done():
+        waiter.set_result(None)
 
 
 def _consume(fut: asyncio.Future[int]) -> None:
