@@ -45,6 +45,7 @@ from durable.decorators.codec import Codec
 from durable.decorators.context import journaled_here
 from durable.decorators.current import reset_engine, set_engine
 from durable.decorators.executors import check_executors
+from durable.decorators.heap import freeze_startup_heap
 from durable.decorators.modes import OwnerMode
 from durable.decorators.partitioned import PartitionedSession
 from durable.decorators.progress import MAX_ATTEMPTS_WITHOUT_PROGRESS
@@ -208,6 +209,12 @@ class Engine(EngineBase):
     bodies run at once, each in a thread of the engine's pool (the next
     waits for a thread); see `durable.decorators.threads`.
 
+    ``freeze_gc`` (default True): at the first engine start in the
+    process, collect garbage once and freeze the objects alive then (the
+    imports, the application's setup), so that the collector's full passes
+    stop re-scanning them; False leaves the collector alone. See
+    `durable.decorators.heap`.
+
     Every default service (`durable.decorators.services`) is added when the
     engine is built; `add_service` adds more.
     """
@@ -231,6 +238,7 @@ class Engine(EngineBase):
         partitions: int | None = None,
         executors: Mapping[str, object] | None = None,
         sync_threads: int = DEFAULT_SYNC_THREADS,
+        freeze_gc: bool = True,
     ) -> None:
         if codec not in ("auto", "msgpack"):
             raise InvalidArgument(f"codec must be 'auto' or 'msgpack', got {codec!r}")
@@ -259,6 +267,9 @@ class Engine(EngineBase):
         if takeover and role == "client":
             raise InvalidArgument("takeover=True is for a worker: a client never owns the store")
         self._takeover = takeover
+        if not isinstance(freeze_gc, bool):
+            raise InvalidArgument(f"freeze_gc must be True or False, got {freeze_gc!r}")
+        self._freeze_gc = freeze_gc
         #: Seconds a terminated run is kept (None: for ever); see the class doc.
         self.retention = _check_retention(retention)
         #: Attempts of a run that may end in a row without progress; see the class doc.
@@ -706,6 +717,8 @@ class Engine(EngineBase):
     async def __aenter__(self) -> Engine:
         if self._session is not None:
             raise InvalidArgument("this Engine is already running; enter it once")
+        if self._freeze_gc:
+            freeze_startup_heap()
         self._token = set_engine(self)
         try:
             objects, owned = await resolve_store(self._url, self._storage_options)
