@@ -221,9 +221,9 @@ async def _appended_in(
     threads: list[int] = []
     append = segs.append
 
-    def noting(s: int, body: bytes) -> None:
+    def noting(s: int, body: bytes, *, inline: bool = False) -> None:
+        append(s, body, inline=inline)  # a deferred one raises before writing
         threads.append(threading.get_ident())
-        append(s, body)
 
     segs.append = noting  # type: ignore[method-assign]
     try:
@@ -262,6 +262,29 @@ async def test_appends_run_on_the_loop_while_it_is_idle_and_the_disk_quick(
     await store.close()
     reopened = SegmentObjectStore(tmp_path)
     assert await reopened.list("log/") == [log(i) for i in range(1, 27)]
+
+
+async def test_an_append_that_must_roll_or_rescan_first_runs_in_a_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Never on the loop: a roll (files made and synced) or a re-scan after
+    another writer's append (which may wait for its torn tail)."""
+    monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 10.0)
+    loop_thread = threading.get_ident()
+    rolling = await written(tmp_path / "roll", [b"a"] * 5, segment_bytes=1)  # a roll each
+    assert await _appended_in(rolling, 6, busy=False) != loop_thread
+    await rolling.close()
+    store = await written(tmp_path / "other", [b"a"] * 5)
+    assert await _appended_in(store, 6, busy=False) == loop_thread
+    seg = tmp_path / "other" / "segments" / "00000000000000000001.seg"
+    # Another writer's late entry for a taken slot (a loser), at the end.
+    seg.write_bytes(seg.read_bytes() + encode_record(3, b"late"))
+    assert await _appended_in(store, 7, busy=False) != loop_thread
+    assert await _appended_in(store, 8, busy=False) == loop_thread
+    await store.close()
+    reopened = SegmentObjectStore(tmp_path / "other")
+    assert await reopened.list("log/") == [log(i) for i in range(1, 9)]
+    assert await reopened.get(log(3)) == b"a"
 
 
 # ------------------------------------------------------------------ fencing

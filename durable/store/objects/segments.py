@@ -154,7 +154,9 @@ _TORN_WAIT = 2.0
 #: average) and the group is small (`INLINE_APPEND_BYTES`) or the loop has
 #: nothing else ready: a run going step by step, or a lone start, then waits
 #: for the disk alone, not for a thread's hand-over too. A large group (many
-#: runs at once) is synced in a thread while the loop goes on with the rest.
+#: runs at once) is synced in a thread while the loop goes on with the rest,
+#: and so is an append that must first roll the segment or re-scan the log
+#: after another writer's append (which may wait for its torn tail).
 INLINE_APPEND_MAX = 0.001
 #: The largest group commit appended on the loop's thread while other work
 #: is ready there (`INLINE_APPEND_MAX`).
@@ -279,6 +281,11 @@ class _Segment:
     @property
     def next_seq(self) -> int:
         return self.first + len(self.records)
+
+
+class _Defer(Exception):
+    """An append on the loop's thread that must first roll or re-scan the
+    log: made in a thread instead (`_Segments.append`)."""
 
 
 class _Taken(Exception):
@@ -434,14 +441,20 @@ class _Segments:
         os.fdatasync(self.fd)  # what a dead or fenced writer appended is durable first
         self.at = os.fstat(self.fd).st_size
 
-    def append(self, seq: int, body: bytes) -> None:
+    def append(self, seq: int, body: bytes, *, inline: bool = False) -> None:
         """Append record ``seq`` (rolling first if due) and ``fdatasync``;
-        `_Taken` if another writer's entry took the slot."""
+        `_Taken` if another writer's entry took the slot. ``inline`` (on the
+        event loop's thread): `_Defer`, before writing anything, when the
+        append would first roll or re-scan the log (which may wait for
+        another writer's torn tail), so that it runs in a thread instead."""
         if self.broken is not None:
             raise OSError(errno.EIO, self.broken)
         began = time.perf_counter()
         self._check_next(seq)
-        if self.fd is None or self.at >= self.segment_bytes:
+        roll = self.fd is None or self.at >= self.segment_bytes
+        if inline and (roll or os.fstat(self.fd).st_size != self.at):  # type: ignore[arg-type]
+            raise _Defer
+        if roll:
             self._roll(seq)
         elif self._sync_position(seq):
             pass  # another writer moved the log to a newer segment: compete there
@@ -872,19 +885,23 @@ class SegmentObjectStore(ObjectStore):
         inline = len(data) <= INLINE_APPEND_BYTES or _loop_idle()
         if inline and segs.quick() and segs.lock.acquire(blocking=False):
             try:  # see `INLINE_APPEND_MAX`
-                self._append_locked(name, segs, where[1], bytes(data))
+                self._append_locked(name, segs, where[1], bytes(data), inline=True)
+                return
+            except _Defer:
+                pass  # a roll or a re-scan first: in a thread
             finally:
                 segs.lock.release()
-            return
         await asyncio.to_thread(self._append, name, segs, where[1], bytes(data))
 
     def _append(self, name: str, segs: _Segments, seq: int, data: bytes) -> None:
         with segs.lock:
             self._append_locked(name, segs, seq, data)
 
-    def _append_locked(self, name: str, segs: _Segments, seq: int, data: bytes) -> None:
+    def _append_locked(
+        self, name: str, segs: _Segments, seq: int, data: bytes, *, inline: bool = False
+    ) -> None:
         try:
-            segs.append(seq, data)
+            segs.append(seq, data, inline=inline)
         except _Taken:
             raise ObjectExists(name) from None
         except ValueError as exc:
