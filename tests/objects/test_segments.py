@@ -465,10 +465,6 @@ async def test_partitions_keep_one_segment_log_each(tmp_path: Path) -> None:
 async def test_a_takeover_waits_for_a_torn_entry_a_live_writer_completes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import threading
-
-    from durable.store.objects import segments
-
     monkeypatch.setattr(segments, "_TORN_WAIT", 1.0)
     a = await written(tmp_path, [b"a1"])
     seg = tmp_path / "segments" / segment_files(tmp_path)[0]
@@ -493,8 +489,6 @@ async def test_a_takeover_waits_for_a_torn_entry_a_live_writer_completes(
 async def test_a_torn_entry_that_stays_is_a_dead_writers_and_is_cut(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from durable.store.objects import segments
-
     monkeypatch.setattr(segments, "_TORN_WAIT", 0.3)
     a = await written(tmp_path, [b"a1"])
     seg = tmp_path / "segments" / segment_files(tmp_path)[0]

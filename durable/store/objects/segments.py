@@ -451,13 +451,12 @@ class _Segments:
             raise OSError(errno.EIO, self.broken)
         began = time.perf_counter()
         self._check_next(seq)
-        roll = self.fd is None or self.at >= self.segment_bytes
-        if inline and (roll or os.fstat(self.fd).st_size != self.at):  # type: ignore[arg-type]
-            raise _Defer
-        if roll:
+        if self.fd is None or self.at >= self.segment_bytes:
+            if inline:
+                raise _Defer
             self._roll(seq)
-        elif self._sync_position(seq):
-            pass  # another writer moved the log to a newer segment: compete there
+        else:  # after a re-scan, maybe in a newer segment: compete there
+            self._sync_position(seq, inline=inline)
         entry = encode_record(seq, body)
         at = self._write(entry, seq)
         seg = self._mine()
@@ -473,14 +472,17 @@ class _Segments:
         if last is not None and seq != last.next_seq:
             raise ValueError(f"log record {seq} does not follow {last.next_seq - 1}")
 
-    def _sync_position(self, seq: int) -> bool:
+    def _sync_position(self, seq: int, *, inline: bool = False) -> bool:
         """Before an append: if another process appended to our file since
         our last entry, re-scan (losers: go on after them; our slot taken:
-        `_Taken`); True when the log moved on to a newer segment, which the
-        writer then opens (making it, if only its roll entry exists)."""
+        `_Taken`; ``inline``: `_Defer` instead); True when the log moved on
+        to a newer segment, which the writer then opens (making it, if only
+        its roll entry exists)."""
         assert self.fd is not None
         if os.fstat(self.fd).st_size == self.at:
             return False
+        if inline:
+            raise _Defer
         self.refresh()
         self._settle_tail()
         self._check_next(seq)
