@@ -71,7 +71,9 @@ The claim also fdatasyncs the last segment, so that records a killed writer
 appended but had not synced are durable before they are built on.
 
 **Reading** (any process, no lock): the same scan, except that a torn tail
-is simply not there yet. A reader in another process can see a record once
+is simply not there yet, and a chain that breaks at a segment a trim
+removed while the directory was listed is followed again from a new
+listing. A reader in another process can see a record once
 it is written, shortly before its ``fdatasync`` returns: it survives the
 writer's crash (the page cache outlives the process) but not a power cut in
 that window, unlike the object log, where a reader sees only synced
@@ -149,6 +151,9 @@ _ROLL = b"DROL"
 _HEADER = struct.Struct(">4sQII")
 #: How long a takeover waits for a torn tail that a live writer is still writing.
 _TORN_WAIT = 2.0
+#: Listings of a log a refresh makes at most while trims keep removing the
+#: segment its chain reached (`_Segments.refresh`).
+_RELISTS = 50
 #: Appends run on the event loop's thread, not a worker thread, while recent
 #: appends (``write`` + ``fdatasync``) took less than this (seconds, a moving
 #: average) and the group is small (`INLINE_APPEND_BYTES`) or the loop has
@@ -315,7 +320,22 @@ class _Segments:
 
     def refresh(self, *, recover: bool = False) -> None:
         """Bring the index up to date with the directory (see the module doc):
-        follow the chain of segments from the oldest, through each roll."""
+        follow the chain of segments from the oldest, through each roll. A
+        chain broken at a segment that a trim removed while we listed (a
+        listing made during deletions may hold it, or miss its successors)
+        is followed again from a new listing."""
+        for _ in range(_RELISTS):
+            segs = self._follow(recover)
+            if segs is not None:
+                self.segs = segs
+                return
+        raise ObjectStoreError(  # transient: the trims outran every listing
+            f"the segment log in {self.dir} kept changing while it was listed"
+        )
+
+    def _follow(self, recover: bool) -> list[_Segment] | None:
+        """The chain of segments of one listing; None when it breaks at a
+        segment that is gone by now (list again)."""
         names: dict[int, str] = {}
         with contextlib.suppress(FileNotFoundError):
             for n in os.listdir(self.dir):
@@ -323,8 +343,7 @@ class _Segments:
                 if first is not None:
                     names[first] = os.path.join(self.dir, n)
         if not names:
-            self.segs = []
-            return
+            return []
         known = {s.path: s for s in self.segs}
         segs: list[_Segment] = []
         path: str | None = names[min(names)]
@@ -341,6 +360,8 @@ class _Segments:
             path = names.get(seg.next_seq) if seg.rolled else None
         later = sorted(f for f in names if f > segs[-1].first)
         if later and not segs[-1].rolled:
+            if not os.path.exists(segs[-1].path):
+                return None  # trimmed while we listed
             # A segment is made only after the roll entry that names it is
             # durable: this one's end is not a torn tail.
             raise CorruptObject(
@@ -348,7 +369,7 @@ class _Segments:
                 f"bad record at offset {segs[-1].end}: the log goes on in "
                 f"{os.path.basename(names[later[0]])}, but no roll entry leads there",
             )
-        self.segs = segs
+        return segs
 
     def _scan(self, seg: _Segment, *, last: bool, recover: bool) -> None:
         try:
