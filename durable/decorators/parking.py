@@ -102,6 +102,7 @@ class Parking:
         self._changed: asyncio.Future[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         self._timer_at: int | None = None
+        self._on_park: Callable[[], None] | None = None
 
     # ------------------------------------------------------------ bookkeeping
 
@@ -115,10 +116,19 @@ class Parking:
         self._busy -= 1
         self._bump()
 
+    def when_parked(self, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the first wait parks: a delivery starts
+        `until_suspended` then, since until something parks it has nothing
+        to decide (most deliveries never park)."""
+        self._on_park = callback
+
     async def park(self, parked: Parked) -> None:
         """Park ``parked`` (a wait of a tracked operation) until it completes in
         place; cancelled when the delivery suspends."""
         self._parked.append(parked)
+        if self._on_park is not None:
+            callback, self._on_park = self._on_park, None
+            callback()
         self._busy -= 1  # the wait is parked, not busy
         self._bump()
         try:

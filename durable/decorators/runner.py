@@ -284,34 +284,68 @@ class _Delivery:
         self.deadline = deadline
 
     async def execute(self) -> StepOutcome:
-        """Run the function; the delivery's outcome."""
+        """Run the function; the delivery's outcome.
+
+        The delivery ends on the first of: the function returns or raises,
+        the run is asked to cancel, the lease is lost, the run's deadline
+        passes, the delivery suspends (its parked waits decide). Only the
+        function and the lease keeper are tasks from the start: the
+        cancellation is a callback on the token, and the parking decision's
+        task starts when the first wait parks (most deliveries never park).
+        """
         run = self.ctx
         step = run.delivery
-        main = asyncio.create_task(
+        loop = asyncio.get_running_loop()
+        ended: asyncio.Future[None] = loop.create_future()
+
+        def end(_: object = None) -> None:
+            if not ended.done():
+                ended.set_result(None)
+
+        main = loop.create_task(
             self.fn(*self.args, **self.kwargs), context=run.context(), name=f"workflow {run.run_id}"
         )
         # Read by `outcome`; marked retrieved here for a delivery stopped (the
         # engine lost its store, shut down) just as the function ended.
         main.add_done_callback(_retrieved)
-        lease = asyncio.create_task(_keep_lease(run), name=f"lease {run.run_id}")
-        cancel = asyncio.create_task(step.cancel_token.wait(), name=f"cancel {run.run_id}")
-        parking = asyncio.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
-        helpers: tuple[asyncio.Task[Any], ...] = (lease, cancel, parking)
+        main.add_done_callback(end)
+        lease = loop.create_task(_keep_lease(run), name=f"lease {run.run_id}")
+        lease.add_done_callback(end)
+        helpers = [lease]
+        parking: list[asyncio.Task[Suspend]] = []
+
+        def start_parking() -> None:
+            task = loop.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
+            task.add_done_callback(end)
+            parking.append(task)
+            helpers.append(task)
+
+        run.parking.when_parked(start_parking)
+        unwatch = step.cancel_token.on_fire(end)
         expiry = None
         if self.deadline is not None:  # a run with a timeout: its deadline ends the delivery
-            expiry = asyncio.create_task(_until(run, self.deadline), name=f"deadline {run.run_id}")
-            helpers += (expiry,)
+            expiry = loop.create_task(_until(run, self.deadline), name=f"deadline {run.run_id}")
+            expiry.add_done_callback(end)
+            helpers.append(expiry)
         try:
-            await asyncio.wait({main, *helpers}, return_when=asyncio.FIRST_COMPLETED)
+            await ended
         except BaseException:  # the worker itself is cancelled: stop everything
+            unwatch()
             await _cancel(main, *helpers, *run.inflight)
             raise
-        suspension = parking.done() and not parking.cancelled()
+        finally:
+            run.parking.when_parked(_no_parking)
+        unwatch()
+        suspension = bool(parking) and parking[0].done() and not parking[0].cancelled()
         expired = expiry is not None and expiry.done() and not expiry.cancelled()
-        await _cancel(*helpers)
         if main.done():
+            # The lease keeper sleeps on the clock: cancelled, not waited for.
+            lease.cancel()
+            if len(helpers) > 1:
+                await _cancel(*helpers[1:])
             await self.settle()
             return await self.outcome(main)
+        await _cancel(*helpers)
         await _cancel(main)
         await self.settle()
         if step.cancel_token.is_cancelled():
@@ -321,7 +355,7 @@ class _Delivery:
             return await _time_out(run.engine, run.run_id, self.deadline)
         if suspension:
             try:
-                decided = parking.result()
+                decided = parking[0].result()
             except Exception as e:
                 raise StepError.transient(f"run {run.run_id!r}: parking failed: {e}") from e
             return await self.suspend(decided)
@@ -400,6 +434,10 @@ def _trigger(trigger: Trigger) -> dict[str, Any]:
     if isinstance(trigger, After):
         return {"until": "time", "seconds": trigger.delay}
     return {"until": "next delivery"}
+
+
+def _no_parking() -> None:
+    """A wait parked after its delivery ended: nothing decides for it."""
 
 
 def _retrieved(task: asyncio.Task[Any]) -> None:

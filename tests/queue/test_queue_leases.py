@@ -157,6 +157,26 @@ async def test_a_child_token_fires_with_its_parent_never_the_other_way(queue: Qu
     assert not grandchild.is_cancelled()
 
 
+async def test_on_fire_calls_back_once_at_once_if_fired_and_can_unregister() -> None:
+    parent = CancelToken()
+    child = parent.child()
+    calls: list[str] = []
+    child.on_fire(lambda: calls.append("child"))
+    gone = child.on_fire(lambda: calls.append("unregistered"))
+    gone()
+    gone()  # a second unregister is a no-op
+    parent.on_fire(lambda: calls.append("parent"))
+    assert calls == []
+    parent.fire()  # fires the child too: each callback once
+    parent.fire()
+    child.fire()
+    assert sorted(calls) == ["child", "parent"]
+    late: list[str] = []
+    unregister = child.on_fire(lambda: late.append("late"))
+    assert late == ["late"]  # already fired: called at once
+    unregister()  # a no-op once it ran
+
+
 async def test_lease_expiry_of_unknown_job_is_none(queue: Queue) -> None:
     assert queue.lease_expiry("q", "nope") is None
 

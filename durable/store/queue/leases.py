@@ -11,9 +11,11 @@ so each method is atomic with respect to the queue's transactions.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import heapq
 import itertools
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from durable.errors import CancelRequested, ClaimLost
@@ -29,6 +31,10 @@ def new_claim_token() -> int:
     return secrets.randbits(64)
 
 
+def _nothing() -> None:
+    """Unregisters a callback that already ran."""
+
+
 class CancelToken:
     """Fired once when a job is asked to cancel; never un-fired.
 
@@ -38,18 +44,37 @@ class CancelToken:
     cancellation came from outside.
     """
 
-    __slots__ = ("_children", "_event")
+    __slots__ = ("_callbacks", "_children", "_event")
 
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._children: list[CancelToken] = []
+        self._callbacks: list[Callable[[], None]] = []
 
     def fire(self) -> None:
         """Request cancellation (idempotent); fires every child too."""
         self._event.set()
         children, self._children = self._children, []
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
         for child in children:
             child.fire()
+
+    def on_fire(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback`` (no arguments) once, when fired: at once if it
+        already was. Returns a function that unregisters it (a no-op once it
+        ran): a watcher with no task of its own."""
+        if self.is_cancelled():
+            callback()
+            return _nothing
+        self._callbacks.append(callback)
+
+        def unregister() -> None:
+            with contextlib.suppress(ValueError):
+                self._callbacks.remove(callback)
+
+        return unregister
 
     def child(self) -> CancelToken:
         """A new token fired when this one is (at once if it already was);
