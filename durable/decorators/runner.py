@@ -311,7 +311,7 @@ class _Delivery:
         main.add_done_callback(end)
         lease = loop.create_task(_keep_lease(run), name=f"lease {run.run_id}")
         lease.add_done_callback(end)
-        helpers = [lease]
+        helpers: list[asyncio.Task[Any]] = [lease]
         parking: list[asyncio.Task[Suspend]] = []
 
         def start_parking() -> None:
