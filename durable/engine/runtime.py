@@ -11,6 +11,7 @@ was, and `status` works from any process (`WorkflowView`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import weakref
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
@@ -76,6 +77,10 @@ from durable.store.queue.worker import Slots
 __all__ = ["RuntimeOptions", "WorkerHandle", "WorkflowRuntime"]
 
 log = get_logger("durable.engine")
+
+
+#: What `submit_member` holds for a run with no exclusive key (most runs).
+_NO_KEYS = contextlib.nullcontext()
 
 
 @dataclass(frozen=True, slots=True)
@@ -266,7 +271,8 @@ class WorkflowRuntime:
         if lock is None:
             lock = self._locks[run_id] = asyncio.Lock()
         exclusive = sorted(k for k in internal or () if k.startswith(EXCLUSIVE_PREFIX))
-        async with self._exclusive.holding(exclusive), lock:
+        held = self._exclusive.holding(exclusive) if exclusive else _NO_KEYS
+        async with held, lock:
             existing = self.view.run_record(run_id)
             if existing is not None:
                 return self._duplicate(existing, spec.input)

@@ -94,8 +94,7 @@ class WorkflowView:
             if record.cancel_requested:
                 state = Cancelling()
             else:
-                job = self.queue.job_record(pointer.job_id)
-                claimed = job is not None and job.status is JobStatus.CLAIMED
+                claimed = self.queue.job_status(pointer.job_id) is JobStatus.CLAIMED
                 state = Running() if claimed else Pending()
             return RunStatus(run_id, state, pointer.step_number)
         terminal = self.terminal_record(run_id)

@@ -56,8 +56,17 @@ class IdGenerator:
         return _encode((ms << 80) | rand)
 
 
+#: Ids found valid lately: one run's id is checked at every layer it crosses
+#: (a dozen times from start to result), a set lookup instead of a match.
+_VALID: set[str] = set()
+#: `_VALID` is emptied once it holds this many ids.
+_VALID_MAX = 4096
+
+
 def validate_id(value: str, what: str = "id") -> str:
     """Check ``value`` is 1-128 bytes of ``[A-Za-z0-9_-]``; raise `InvalidId` if not."""
+    if type(value) is str and value in _VALID:
+        return value
     if not isinstance(value, str):
         raise InvalidId(repr(value), f"{what} must be a str, got {type(value).__name__}")
     if not _ID_RE.fullmatch(value):
@@ -67,4 +76,8 @@ def validate_id(value: str, what: str = "id") -> str:
             else "may contain only letters, digits, '_' and '-'"
         )
         raise InvalidId(value, f"{what} {reason}")
+    if type(value) is str:
+        if len(_VALID) >= _VALID_MAX:
+            _VALID.clear()
+        _VALID.add(value)
     return value

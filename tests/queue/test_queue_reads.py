@@ -35,6 +35,35 @@ async def test_stats_track_every_state(open_queue: object, clock: MockClock) -> 
     assert q.stats("other") == QueueStats("other")
 
 
+async def test_job_status_reads_the_key_space_and_matches_the_record(
+    open_queue: object, clock: MockClock
+) -> None:
+    q: Queue = await open_queue(  # type: ignore[operator]
+        default_queue_config=QueueConfig(keep_done_jobs=60)
+    )
+    ids = await q.enqueue_batch("q", [b""] * 4)
+    later = (await q.enqueue_with("q", b"", EnqueueOptions(run_at=clock.now_ms() + 1000))).id
+    c1, c2, c3 = await q.claim_batch("q", 3)
+    await q.ack(c1)
+    await q.dead_letter(c2, "x")
+    expected = {
+        c1.id: JobStatus.DONE,
+        c2.id: JobStatus.DEAD,
+        c3.id: JobStatus.CLAIMED,
+        ids[3]: JobStatus.PENDING,
+        later: JobStatus.SCHEDULED,
+    }
+    for id, status in expected.items():
+        assert q.view.job_status(id) is status
+        record = q.job_record(id)
+        assert record is not None
+        assert record.status is status
+    assert q.view.job_status("unknown") is None
+    clock.advance(61)
+    q.sweep_now()  # the done job expires: gone from the index
+    assert q.view.job_status(c1.id) is None
+
+
 async def test_list_queues(queue: Queue) -> None:
     assert queue.list_queues() == []
     await queue.enqueue("b", b"")

@@ -152,9 +152,13 @@ def _relay(waiter: asyncio.Future[None], _fut: asyncio.Future[int]) -> None:
         waiter.set_result(None)
 
 
-def _consume(fut: asyncio.Future[int]) -> None:
-    if not fut.cancelled():
-        fut.exception()  # mark retrieved: fire-and-forget commits are allowed
+def _fail_group(fut: asyncio.Future[int], failure: BaseException) -> None:
+    """Fail a group's future, its exception marked retrieved at once:
+    fire-and-forget commits are allowed (no done callback for that, which
+    would be a callback per group to run)."""
+    if not fut.done():
+        fut.set_exception(failure)
+        fut.exception()
 
 
 class _Group:
@@ -165,7 +169,6 @@ class _Group:
         self.released: list[str] = []
         self.nbytes = 0
         self.future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self.future.add_done_callback(_consume)
         self.durable = Durable(self.future)
         #: When (loop time) this group's flush starts at the latest (lazy
         #: commits made `within`); None: when a flush is asked for.
@@ -635,8 +638,7 @@ class LogWriter:
         """
         if self._failure is not None:
             for grp in (*groups, self._open):
-                if not grp.future.done():
-                    grp.future.set_exception(failure)
+                _fail_group(grp.future, failure)
             return
         self._failure = failure
         if quiet:  # the loop is shutting down
@@ -646,8 +648,7 @@ class LogWriter:
         if isinstance(failure, Fenced):  # SelfFenced too: this writer may not write on
             events.emit("fence", url=self.objects.url, error=str(failure))
         for grp in (*groups, self._open):
-            if not grp.future.done():
-                grp.future.set_exception(failure)
+            _fail_group(grp.future, failure)
         self._wakeup.set()  # an idle flusher exits
         self._fail_waiters(failure)
 

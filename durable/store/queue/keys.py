@@ -199,6 +199,14 @@ def _take_queue(key: bytes, pos: int) -> tuple[str, int]:
     return key[pos + 1 : end].decode(), end
 
 
+def status_of_primary(key: bytes) -> JobStatus | None:
+    """The status a record key of any job space stands for (its space's
+    tag), without parsing the rest; None if ``key`` is not one."""
+    if len(key) < 3 or key[1:2] != VERSION:
+        return None
+    return _STATUS_OF_TAG.get(key[0])
+
+
 def parse_primary(key: bytes) -> PrimaryKey | None:
     """Decode a record key of any job space; None if ``key`` is not one."""
     if len(key) < 3 or key[1:2] != VERSION:

@@ -134,27 +134,47 @@ def _unpack_map(data: bytes, what: str) -> dict[str, Any]:
 def decode_record(data: bytes, where: str = "job record") -> JobRecord:
     """Decode stored bytes; `CorruptRecord` naming ``where`` if they are not a record."""
     m = _unpack_map(data, where)
+    get = m.get
     try:
-        kwargs = {name: _optional(m.get(name), kind) for name, kind in _OPTIONAL_TYPES.items()}
+        optional = {}
+        for name, kind in _OPTIONAL_TYPES.items():
+            value = get(name)
+            if value is not None and (type(value) is not kind and not _is(value, kind)):
+                raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
+            optional[name] = value
+        status = _STATUS.get(m["status"])
+        if status is None:
+            raise ValueError(f"unknown status {m['status']!r}")
         return JobRecord(
             id=_typed(m["id"], str),
             queue=_typed(m["queue"], str),
-            payload=_typed(m.get("payload", b""), bytes),
-            status=JobStatus(m["status"]),
-            attempts=_typed(m.get("attempts", 0), int),
-            max_attempts=_typed(m.get("max_attempts", 1), int),
-            enqueued_at=_typed(m.get("enqueued_at", 0), int),
-            priority=_typed(m.get("priority", 0), int),
-            headers=_headers(m.get("headers") or {}),
-            cancel_requested=bool(m.get("cancel_requested", False)),
-            **kwargs,
+            payload=_typed(get("payload", b""), bytes),
+            status=status,
+            attempts=_typed(get("attempts", 0), int),
+            max_attempts=_typed(get("max_attempts", 1), int),
+            enqueued_at=_typed(get("enqueued_at", 0), int),
+            priority=_typed(get("priority", 0), int),
+            headers=_headers(get("headers") or {}),
+            cancel_requested=bool(get("cancel_requested", False)),
+            **optional,
         )
     except (KeyError, ValueError, TypeError) as e:
         raise CorruptRecord(where, f"bad job record: {e!r}") from e
 
 
+#: Statuses by their stored names.
+_STATUS = {s.value: s for s in JobStatus}
+
+
+def _is(value: Any, kind: type) -> bool:
+    """``value`` is a ``kind`` (a subclass too), a bool never an int."""
+    return isinstance(value, kind) and not (kind is int and isinstance(value, bool))
+
+
 def _typed(value: Any, kind: type) -> Any:
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+    if type(value) is kind:
+        return value
+    if not _is(value, kind):
         raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
     return value
 

@@ -127,6 +127,13 @@ class QueueView:
             raise InvalidOption(f"KV keys are bytes, got {type(key).__name__}")
         return self.state.get(user_key(key))
 
+    def job_status(self, id: str) -> JobStatus | None:
+        """Where job ``id`` is, read from the key its record is stored under
+        (each status has its own key space: nothing is decoded); None if
+        unknown or removed."""
+        found = self._locate(id)
+        return None if found is None else keys.status_of_primary(found[0])
+
     def job_record(self, id: str) -> JobRecord | None:
         """Job ``id`` in stored form (an offloaded payload is not fetched), or None."""
         found = self._locate(id)
