@@ -8,6 +8,7 @@ as a dead writer would leave them (cut, zero-filled or with a flipped byte).
 from __future__ import annotations
 
 import asyncio
+import fcntl
 import os
 import threading
 from pathlib import Path
@@ -239,6 +240,17 @@ async def test_a_listing_made_while_a_trim_removed_segments_is_made_again(
     assert await reader.get(log(3)) == b"r3"
     assert listings[0] == [files[0], files[-1]]
     assert len(listings) >= 2
+
+
+async def test_every_segment_a_writer_appends_to_is_opened_o_dsync(tmp_path: Path) -> None:
+    """An append is one ``write`` that returns once durable (no ``fdatasync``
+    after it): the writer's file must be ``O_DSYNC``, after a roll too."""
+    store = await written(tmp_path, [b"a" * 40] * 6, segment_bytes=64)  # rolls
+    segs = store._log_of("")
+    assert segs.fd is not None
+    assert fcntl.fcntl(segs.fd, fcntl.F_GETFL) & os.O_DSYNC == os.O_DSYNC
+    assert len(os.listdir(tmp_path / "segments")) > 2  # it rolled
+    await store.close()
 
 
 # ------------------------------------------------------- where appends run

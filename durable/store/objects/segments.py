@@ -8,9 +8,11 @@ and serves the log's names from *segment files* instead, so the log above
 it runs unchanged:
 
 - ``create("log/<seq>", data)`` appends one record to the current segment
-  and calls ``os.fdatasync`` once: one append and one sync per group commit
-  (in a worker thread; on the event loop's thread when the group is small
-  or nothing else is ready there, and the disk is quick: `INLINE_APPEND_MAX`).
+  with one ``write`` to a file opened ``O_DSYNC`` (the write returns once
+  its data is durable, as after ``fdatasync``, one system call less): one
+  append and one sync per group commit (in a worker thread; on the event
+  loop's thread when the group is small or nothing else is ready there,
+  and the disk is quick: `INLINE_APPEND_MAX`).
 - ``get`` / ``list`` of log names read the records back.
 - ``delete`` of log names (the log's trim after a checkpoint) removes the
   segments whose records all precede the newest name deleted (never the
@@ -155,7 +157,7 @@ _TORN_WAIT = 2.0
 #: segment its chain reached (`_Segments.refresh`).
 _RELISTS = 50
 #: Appends run on the event loop's thread, not a worker thread, while recent
-#: appends (``write`` + ``fdatasync``) took less than this (seconds, a moving
+#: appends (one ``O_DSYNC`` ``write``) took less than this (seconds, a moving
 #: average) and the group is small (`INLINE_APPEND_BYTES`) or the loop has
 #: nothing else ready: a run going step by step, or a lone start, then waits
 #: for the disk alone, not for a thread's hand-over too. A large group (many
@@ -457,13 +459,15 @@ class _Segments:
 
     def _open(self, path: str) -> None:
         self.close()
-        self.fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        self.fd = os.open(
+            path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC | os.O_DSYNC, 0o644
+        )
         self.fd_path = path
         os.fdatasync(self.fd)  # what a dead or fenced writer appended is durable first
         self.at = os.fstat(self.fd).st_size
 
     def append(self, seq: int, body: bytes, *, inline: bool = False) -> None:
-        """Append record ``seq`` (rolling first if due) and ``fdatasync``;
+        """Append record ``seq`` (rolling first if due), durable on return;
         `_Taken` if another writer's entry took the slot. ``inline`` (on the
         event loop's thread): `_Defer`, before writing anything, when the
         append would first roll or re-scan the log (which may wait for
@@ -526,9 +530,8 @@ class _Segments:
         at = self.at
         try:
             view = memoryview(entry)
-            while view:
+            while view:  # O_DSYNC: each write returns once durable
                 view = view[os.write(self.fd, view) :]
-            os.fdatasync(self.fd)
         except OSError as exc:
             self._undo(at, exc)
             raise
