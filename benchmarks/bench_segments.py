@@ -13,6 +13,16 @@ noise:
 - ``store``: ``create("log/<seq>")`` through `SegmentObjectStore` (claimed)
   and through `LocalObjectStore`, each in a worker thread as the log calls it.
 - ``commit``: one awaited one-key `LogWriter.commit` at a time, on each.
+- ``disk``: how one durable write of the same bytes may be made on this
+  file system, interleaved write by write: ``append_fdatasync`` (``write``
+  to an ``O_APPEND`` file, then ``fdatasync``), ``append_dsync`` (one
+  ``write`` to an ``O_APPEND | O_DSYNC`` file: what the segment store does)
+  and ``prealloc_dsync`` (``pwrite`` into a file whose blocks and size were
+  set beforehand with ``posix_fallocate``, ``O_DSYNC``). An append changes
+  the file's size, so ext4 commits its journal at every sync; a write
+  inside preallocated space does not: the floor a medium that writes into
+  preallocated segments could reach (its fencing could then no longer rest
+  on ``O_APPEND``'s order; see benchmarks/README.md).
 
 The last line of output is one JSON object with every figure.
 """
@@ -68,6 +78,37 @@ def _raw(root: Path, n: int) -> tuple[list[float], list[float]]:
         os.close(fd)
         os.close(dfd)
     return append, create
+
+
+def _disk(root: Path, n: int) -> dict[str, list[float]]:
+    """Per write, the seconds of each way to make it durable (see the docstring)."""
+    flags = os.O_WRONLY | os.O_CREAT | os.O_CLOEXEC
+    plain = os.open(root / "plain.seg", flags | os.O_APPEND, 0o644)
+    dsync = os.open(root / "dsync.seg", flags | os.O_APPEND | os.O_DSYNC, 0o644)
+    pre = os.open(root / "pre.seg", flags | os.O_DSYNC, 0o644)
+    os.posix_fallocate(pre, 0, (n + 1) * len(BODY))
+    os.fsync(pre)
+    times: dict[str, list[float]] = {
+        "append_fdatasync": [],
+        "append_dsync": [],
+        "prealloc_dsync": [],
+    }
+    try:
+        for i in range(n):
+            t = time.perf_counter()
+            os.write(plain, BODY)
+            os.fdatasync(plain)
+            times["append_fdatasync"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            os.write(dsync, BODY)
+            times["append_dsync"].append(time.perf_counter() - t)
+            t = time.perf_counter()
+            os.pwrite(pre, BODY, i * len(BODY))
+            times["prealloc_dsync"].append(time.perf_counter() - t)
+    finally:
+        for fd in (plain, dsync, pre):
+            os.close(fd)
+    return times
 
 
 async def _timed(call: Callable[[], Awaitable[object]]) -> float:
@@ -132,6 +173,16 @@ def main() -> None:
                 f"x{figures[f'{label}_speedup_p50']}",
                 file=sys.stderr,
             )
+        (root / "disk").mkdir()
+        disk = _disk(root / "disk", n)
+        for mode, xs in disk.items():
+            figures[f"disk_{mode}_p50_ms"] = _pct(xs, 0.5)
+            figures[f"disk_{mode}_p90_ms"] = _pct(xs, 0.9)
+        print(
+            "disk    "
+            + "   ".join(f"{mode} p50 {figures[f'disk_{mode}_p50_ms']:.3f} ms" for mode in disk),
+            file=sys.stderr,
+        )
     print(json.dumps(figures))
 
 
