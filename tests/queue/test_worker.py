@@ -583,6 +583,52 @@ async def test_concurrent_wakes_on_enqueue(queue: Queue) -> None:
     assert queue.stats("q").done == 1
 
 
+async def test_concurrent_waits_for_inserts_not_for_jobs_that_finish(
+    queue: Queue, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With slots free, the loop waits for an insert: a job that finishes
+    wakes it only through what it makes pending (every such transition
+    notifies), so a job that enqueues nothing costs no claim pass."""
+    passes: list[int] = []
+    real_claim = queue.claim_batch
+
+    async def counting(queue_name: str, n: int, lease: float | None = None) -> list[Claim]:
+        claims = await real_claim(queue_name, n, lease)
+        passes.append(len(claims))
+        return claims
+
+    acked: list[bytes] = []
+    both_acked = asyncio.Event()
+    real_ack = queue.ack_with
+
+    async def noting(claim: Claim, effects: SettlementEffects) -> object:
+        result = await real_ack(claim, effects)
+        acked.append(claim.payload)
+        if len(acked) == 2:
+            both_acked.set()
+        return result
+
+    monkeypatch.setattr(queue, "claim_batch", counting)
+    monkeypatch.setattr(queue, "ack_with", noting)
+    follow_up = SettlementEffects().enqueue("q", b"second")
+
+    async def behave(job: Claim) -> SettlementEffects | None:
+        return follow_up if job.payload == b"first" else None
+
+    worker = Scripted(behave)
+    shutdown = asyncio.Event()
+    task = concurrent_task(queue, worker, shutdown, concurrency=4)
+    await settle_down()
+    await queue.enqueue("q", b"first")
+    await both_acked.wait()  # the follow-up's insert woke the loop
+    await settle_down()  # the job tasks end: a loop woken by that would claim now
+    assert acked == [b"first", b"second"]
+    # The first empty pass, one per insert, and none for a job finishing.
+    assert passes == [0, 1, 1]
+    shutdown.set()
+    await task
+
+
 async def test_concurrent_shutdown_stops_claiming_and_drains(queue: Queue) -> None:
     await queue.enqueue_batch("q", [b"a", b"b", b"c", b"d"])
     gate = Gate()

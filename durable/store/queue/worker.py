@@ -184,12 +184,16 @@ async def _wait_for_work(
     name: str,
     poll_interval: float,
     stop: asyncio.Future[Any],
-    others: set[asyncio.Task[None]] | None = None,
 ) -> None:
-    """Wait for a wakeup on ``name``, the poll interval, ``stop`` or one of ``others``."""
+    """Wait for a wakeup on ``name`` (an insert), the poll interval or ``stop``.
+
+    Not for a running job to finish: every transition that makes a job
+    pending wakes the queue's waiters (or leaves a permit when none waits),
+    so a job that finishes wakes the loop through what it makes pending,
+    and one that makes nothing pending costs no claim pass."""
     wake = asyncio.ensure_future(queue.wait_for_jobs_on(name, poll_interval))
     try:
-        await asyncio.wait({wake, stop, *(others or ())}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({wake, stop}, return_when=asyncio.FIRST_COMPLETED)
     finally:
         if not wake.done():
             wake.cancel()
@@ -359,7 +363,7 @@ async def run_worker_concurrent(
                     task.add_done_callback(finished)
                 if len(claims) == free:
                     continue  # the queue may hold more: claim again, or wait for a slot
-                await _wait_for_work(queue, name, poll_interval, stop, running)
+                await _wait_for_work(queue, name, poll_interval, stop)
             else:
                 await asyncio.wait({stop, *running}, return_when=asyncio.FIRST_COMPLETED)
     except asyncio.CancelledError:
