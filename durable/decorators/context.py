@@ -215,8 +215,9 @@ class RunContext:
         if pending is None:
             return
         try:
-            if not pending.done():
-                self.journal.kv.flush_within(0)  # its group's flush starts now
+            kv = self.journal.kv
+            if not pending.done() and not kv.flush_inline(pending):
+                kv.flush_within(0)  # its group's flush starts now
             await pending
         except Exception as e:
             raise Abort(f"run {self.run_id!r}: a journal entry could not be written: {e}", e) from e

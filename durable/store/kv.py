@@ -417,6 +417,12 @@ class KvNamespace:
         `ReadOnlyStore` over a reader."""
         self._require_writer("flush").flush_within(seconds)
 
+    def flush_inline(self, durable: Durable) -> bool:
+        """`LogWriter.flush_inline`: flush ``durable``'s group now, on this
+        thread, if it can be; False over a reader or when it cannot."""
+        writer = self._writer
+        return writer is not None and writer.flush_inline(durable)
+
     def check_writable(self) -> None:
         """Raise what a `commit` made now would raise before applying
         anything (`LogWriter.check`): `ReadOnlyStore` over a reader, the

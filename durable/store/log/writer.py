@@ -54,6 +54,7 @@ from durable.errors import (
     StoreError,
     UnsupportedFormat,
 )
+from durable.store.idle import loop_idle
 from durable.store.log.batch import WriteBatch
 from durable.store.log.format import (
     CKPT_PREFIX,
@@ -608,19 +609,61 @@ class LogWriter:
                 if not isinstance(e, Exception):
                     raise
                 return
-            self._seq = seq
-            self._since_objects += 1
-            self._since_bytes += len(data)
-            self.stats.log_objects += 1
-            self.stats.log_bytes += len(data)
-            g.future.set_result(seq)
-            self._inflight = None
-            if g.released:
-                self._spawn(self._delete_quietly(g.released))
-            if snapshot is not None:
-                self._ckpt_task = asyncio.create_task(
-                    self._checkpoint(seq, snapshot[0], snapshot[1], list(self._markers))
-                )
+            self._flushed(g, seq, len(data), snapshot)
+
+    def _flushed(
+        self,
+        g: _Group,
+        seq: int,
+        nbytes: int,
+        snapshot: tuple[list[bytes], list[bytes]] | None,
+    ) -> None:
+        """Group ``g`` stands as log object ``seq``: resolve its waiters."""
+        self._seq = seq
+        self._since_objects += 1
+        self._since_bytes += nbytes
+        self.stats.log_objects += 1
+        self.stats.log_bytes += nbytes
+        g.future.set_result(seq)
+        self._inflight = None
+        if g.released:
+            self._spawn(self._delete_quietly(g.released))
+        if snapshot is not None:
+            self._ckpt_task = asyncio.create_task(
+                self._checkpoint(seq, snapshot[0], snapshot[1], list(self._markers))
+            )
+
+    def flush_inline(self, durable: Durable) -> bool:
+        """Flush ``durable``'s group now, on this thread, with no task switch,
+        when: it is the open group, no flush is in flight, nothing else is
+        ready on the event loop (no other task could join the group before
+        the flusher ran), and the store makes the create at once
+        (`ObjectStore.create_now`: a quick local append). For a waiter with
+        nothing else to do, such as a run going step by step. True once the
+        group is durable; False, nothing changed, when any of that does not
+        hold or the attempt failed (the flusher then makes it, with its
+        retries and its reports)."""
+        g = self._open
+        if (
+            g.durable is not durable
+            or self._inflight is not None
+            or self._failure is not None
+            or self._closing
+            or not g.ops
+            or not loop_idle()
+        ):
+            return False
+        seq = self._seq + 1
+        snapshot = self._snapshot_if_due(g.nbytes)
+        data = encode_log(seq, self.writer_id, g.ops, marker=False)
+        try:
+            if not self.objects.create_now(log_name(seq), data):
+                return False
+        except Exception:  # the flusher tries again and reports
+            return False
+        self._open = _Group()
+        self._flushed(g, seq, len(data), snapshot)
+        return True
 
     def _stop(self, e: BaseException, g: _Group) -> None:
         if isinstance(e, Fenced | StoreClosed):

@@ -92,6 +92,12 @@ class ObjectStore(ABC):
     async def create(self, name: str, data: bytes) -> None:
         """Write ``name`` only if absent; `ObjectExists` if it is taken."""
 
+    def create_now(self, name: str, data: bytes) -> bool:
+        """`create`, made now on the calling thread when this store can do so
+        without waiting (a quick local append); False, having done nothing,
+        when it cannot. Raises as `create` does. The default cannot."""
+        return False
+
     @abstractmethod
     async def list(self, prefix: str) -> list[str]:
         """Every name that starts with ``prefix``, sorted ascending."""

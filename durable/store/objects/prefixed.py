@@ -111,6 +111,13 @@ class PrefixedObjectStore(ObjectStore):
         except ObjectExists:
             raise ObjectExists(name) from None
 
+    def create_now(self, name: str, data: bytes) -> bool:
+        """The inner store's `create_now` of ``prefix + name``."""
+        try:
+            return self.inner.create_now(self.prefix + name, data)
+        except ObjectExists:
+            raise ObjectExists(name) from None
+
     async def list(self, prefix: str) -> list[str]:
         """Every name below this store's prefix that starts with ``prefix``."""
         cut = len(self.prefix)

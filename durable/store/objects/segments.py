@@ -119,6 +119,7 @@ from durable.errors import (
     ObjectStoreError,
     UnsafeFilesystem,
 )
+from durable.store.idle import loop_idle
 from durable.store.objects.base import ObjectLock, ObjectStore
 from durable.store.objects.local import LocalObjectStore
 from durable.store.objects.mounts import NETWORK_FILESYSTEMS, filesystem_type
@@ -168,13 +169,6 @@ INLINE_APPEND_MAX = 0.001
 #: The largest group commit appended on the loop's thread while other work
 #: is ready there (`INLINE_APPEND_MAX`).
 INLINE_APPEND_BYTES = 4096
-
-
-def _loop_idle() -> bool:
-    """Whether the running event loop has no other callback ready to run
-    (asyncio's own loop; any other counts as busy)."""
-    ready = getattr(asyncio.get_running_loop(), "_ready", None)
-    return ready is not None and not ready
 
 
 def encode_record(seq: int, body: bytes) -> bytes:
@@ -899,7 +893,21 @@ class SegmentObjectStore(ObjectStore):
         if where is None:
             await self._local.create(name, data)
             return
-        if where[0] not in self._claims:
+        segs = self._claimed(name, where[0])
+        if not self._append_inline(name, segs, where[1], data):
+            await asyncio.to_thread(self._append, name, segs, where[1], bytes(data))
+
+    def create_now(self, name: str, data: bytes) -> bool:
+        """A log name appended on the calling thread when the append may be
+        made there (`INLINE_APPEND_MAX`); any other name: False."""
+        where = self._log(name)
+        if where is None:
+            return False
+        return self._append_inline(name, self._claimed(name, where[0]), where[1], data)
+
+    def _claimed(self, name: str, prefix: str) -> _Segments:
+        """The segment log of ``prefix``, which this store must have claimed."""
+        if prefix not in self._claims:
             err = ObjectStoreError(
                 f"cannot create {name!r} in {self.url}: the segment log is not claimed "
                 "(only a LogWriter writes it)",
@@ -907,17 +915,22 @@ class SegmentObjectStore(ObjectStore):
             )
             err.transient = False
             raise err
-        segs = self._log_of(where[0])
-        inline = len(data) <= INLINE_APPEND_BYTES or _loop_idle()
+        return self._log_of(prefix)
+
+    def _append_inline(self, name: str, segs: _Segments, seq: int, data: bytes) -> bool:
+        """Append on this (the loop's) thread if the disk is quick, the log
+        free, and the group small or nothing else ready (`INLINE_APPEND_MAX`);
+        False, nothing written, when the append belongs in a thread."""
+        inline = len(data) <= INLINE_APPEND_BYTES or loop_idle()
         if inline and segs.quick() and segs.lock.acquire(blocking=False):
-            try:  # see `INLINE_APPEND_MAX`
-                self._append_locked(name, segs, where[1], bytes(data), inline=True)
-                return
+            try:
+                self._append_locked(name, segs, seq, bytes(data), inline=True)
+                return True
             except _Defer:
-                pass  # a roll or a re-scan first: in a thread
+                return False  # a roll or a re-scan first: in a thread
             finally:
                 segs.lock.release()
-        await asyncio.to_thread(self._append, name, segs, where[1], bytes(data))
+        return False
 
     def _append(self, name: str, segs: _Segments, seq: int, data: bytes) -> None:
         with segs.lock:
