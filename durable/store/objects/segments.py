@@ -1020,6 +1020,10 @@ class SegmentObjectStore(ObjectStore):
 
     def _log(self, name: str) -> tuple[str, int] | None:
         """``(prefix, seq)`` of a log name, None for any other name; refuses our own dirs."""
+        if type(name) is str and len(name) == 24 and name.startswith("log/"):
+            digits = name[4:]  # the log's own names, at every commit: no pattern
+            if digits.isascii() and digits.isdigit():
+                return "", int(digits)
         self._check_name(name)
         m = _LOG_RE.match(name) if isinstance(name, str) else None
         return None if m is None else (m.group(1), int(m.group(2)))
