@@ -18,10 +18,16 @@ from durable.store.queue import (
 )
 
 
-async def test_stats_track_every_state(open_queue: object, clock: MockClock) -> None:
+async def keeping_done(open_queue: object, seconds: int) -> Queue:
+    """A queue that keeps done jobs ``seconds`` seconds."""
     q: Queue = await open_queue(  # type: ignore[operator]
-        default_queue_config=QueueConfig(keep_done_jobs=60)
+        default_queue_config=QueueConfig(keep_done_jobs=seconds)
     )
+    return q
+
+
+async def test_stats_track_every_state(open_queue: object, clock: MockClock) -> None:
+    q = await keeping_done(open_queue, 60)
     assert q.stats("q") == QueueStats("q", 0, 0, 0, 0, 0)
     await q.enqueue_batch("q", [b""] * 4)
     await q.enqueue_with("q", b"", EnqueueOptions(run_at=clock.now_ms() + 1000))
@@ -38,9 +44,7 @@ async def test_stats_track_every_state(open_queue: object, clock: MockClock) -> 
 async def test_job_status_reads_the_key_space_and_matches_the_record(
     open_queue: object, clock: MockClock
 ) -> None:
-    q: Queue = await open_queue(  # type: ignore[operator]
-        default_queue_config=QueueConfig(keep_done_jobs=60)
-    )
+    q = await keeping_done(open_queue, 60)
     ids = await q.enqueue_batch("q", [b""] * 4)
     later = (await q.enqueue_with("q", b"", EnqueueOptions(run_at=clock.now_ms() + 1000))).id
     c1, c2, c3 = await q.claim_batch("q", 3)
@@ -113,9 +117,7 @@ async def test_list_scheduled_by_run_at_filters_queue(queue: Queue, clock: MockC
 async def test_list_claimed_dead_by_id_and_done_by_completion(
     open_queue: object, clock: MockClock
 ) -> None:
-    q: Queue = await open_queue(  # type: ignore[operator]
-        default_queue_config=QueueConfig(keep_done_jobs=3600)
-    )
+    q = await keeping_done(open_queue, 3600)
     ids = await q.enqueue_batch("q", [b""] * 6)
     claims = await q.claim_batch("q", 6)
     assert [r.id for r in q.list_jobs("q", JobStatus.CLAIMED).jobs] == ids
