@@ -50,9 +50,9 @@ PLAYS = 3
 
 
 class Replay(Exception):
-    """The owner lost the store before it was paused (its heartbeat stalled:
-    a loaded emulator), so the play cannot show what a woken owner does:
-    play it again on a fresh store."""
+    """The owner lost the store before it was paused, or as the pause took
+    hold (its heartbeat stalled: a loaded emulator), so the play cannot show
+    what a woken owner does: play it again on a fresh store."""
 
 
 def pause_owner(where: StoreLocation, workdir: Path) -> None:
@@ -76,6 +76,14 @@ def pause_owner(where: StoreLocation, workdir: Path) -> None:
             raise Replay(early["message"])
         took = procs.wait_for(owner_event(standby, stopped_at), TTL + 2 * HB + 30, standby)
         cont_at = owner.signal(signal.SIGCONT)
+        # A stopped process emits nothing: a loss stamped before the SIGCONT
+        # came in the moment before the stop took hold (the stalled heartbeat
+        # again, not the pause).
+        early = procs.find(
+            lambda e: e["ev"] == "lost" and e["pid"] == owner.pid and e["t"] < cont_at
+        )
+        if early is not None:
+            raise Replay(early["message"])
         runs = {e["run"] for e in procs.events if e["ev"] == "started"}
         held = asyncio.run(journaled_executions(where, runs)), time.monotonic()
         lost = procs.wait_for(
