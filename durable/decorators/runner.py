@@ -312,13 +312,13 @@ class _Delivery:
         lease = loop.create_task(_keep_lease(run), name=f"lease {run.run_id}")
         lease.add_done_callback(end)
         helpers: list[asyncio.Task[Any]] = [lease]
-        parking: list[asyncio.Task[Suspend]] = []
+        parking: asyncio.Task[Suspend] | None = None
 
         def start_parking() -> None:
-            task = loop.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
-            task.add_done_callback(end)
-            parking.append(task)
-            helpers.append(task)
+            nonlocal parking
+            parking = loop.create_task(run.parking.until_suspended(), name=f"parking {run.run_id}")
+            parking.add_done_callback(end)
+            helpers.append(parking)
 
         run.parking.when_parked(start_parking)
         unwatch = step.cancel_token.on_fire(end)
@@ -330,13 +330,12 @@ class _Delivery:
         try:
             await ended
         except BaseException:  # the worker itself is cancelled: stop everything
-            unwatch()
             await _cancel(main, *helpers, *run.inflight)
             raise
         finally:
+            unwatch()
             run.parking.when_parked(_no_parking)
-        unwatch()
-        suspension = bool(parking) and parking[0].done() and not parking[0].cancelled()
+        suspension = parking is not None and parking.done() and not parking.cancelled()
         expired = expiry is not None and expiry.done() and not expiry.cancelled()
         if main.done():
             # The lease keeper sleeps on the clock: cancelled, not waited for.
@@ -353,9 +352,9 @@ class _Delivery:
             return Cancel("cancelled")
         if expired and self.deadline is not None:
             return await _time_out(run.engine, run.run_id, self.deadline)
-        if suspension:
+        if suspension and parking is not None:
             try:
-                decided = parking[0].result()
+                decided = parking.result()
             except Exception as e:
                 raise StepError.transient(f"run {run.run_id!r}: parking failed: {e}") from e
             return await self.suspend(decided)

@@ -76,7 +76,7 @@ appended but had not synced are durable before they are built on.
 is simply not there yet, and a chain that breaks at a segment a trim
 removed while the directory was listed is followed again from a new
 listing. A reader in another process can see a record once
-it is written, shortly before its ``fdatasync`` returns: it survives the
+it is written, shortly before its ``write`` returns: it survives the
 writer's crash (the page cache outlives the process) but not a power cut in
 that window, unlike the object log, where a reader sees only synced
 objects.

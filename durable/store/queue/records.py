@@ -136,12 +136,7 @@ def decode_record(data: bytes, where: str = "job record") -> JobRecord:
     m = _unpack_map(data, where)
     get = m.get
     try:
-        optional = {}
-        for name, kind in _OPTIONAL_TYPES.items():
-            value = get(name)
-            if value is not None and (type(value) is not kind and not _is(value, kind)):
-                raise TypeError(f"expected {kind.__name__}, found {type(value).__name__}")
-            optional[name] = value
+        optional = {name: _optional(get(name), kind) for name, kind in _OPTIONAL_TYPES.items()}
         status = _STATUS.get(m["status"])
         if status is None:
             raise ValueError(f"unknown status {m['status']!r}")
