@@ -39,9 +39,10 @@ to 50 ms; object stores: 0.2 s to 5 s).
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from durable.cluster.done import DoneRecord, decode_done
 from durable.cluster.inbox import InboxWriter, Posted
@@ -288,7 +289,9 @@ class ClientQueue:
         """Refused: `ReadOnlyStore`."""
         self._refuse("claim")
 
-    async def wait_for_jobs_on(self, queue: str, max_wait_seconds: float, /) -> bool:
+    async def wait_for_jobs_on(
+        self, queue: str, max_wait_seconds: float, /, *, until: asyncio.Future[Any] | None = None
+    ) -> bool:
         """Refused: `ReadOnlyStore`."""
         self._refuse("wait for jobs")
 

@@ -55,6 +55,7 @@ from durable.decorators.debounce import begin
 from durable.decorators.invocation import decode_invocation
 from durable.decorators.journal import CHILD, FLUSH_WITHIN, SIGNAL, Journal
 from durable.decorators.keyed_concurrency import acquire
+from durable.decorators.lease_keeper import LEASE, LeaseKeeper
 from durable.decorators.outcome import encode_failure
 from durable.decorators.progress import DEFERRED, Verdict, check_progress, mark_progress
 from durable.decorators.ratelimit import admit
@@ -77,8 +78,6 @@ from durable.engine.outcomes import (
     Trigger,
 )
 from durable.errors import (
-    CancelRequested,
-    ClaimLost,
     DurableError,
     UnknownWorkflow,
     UntrustedPayload,
@@ -90,9 +89,6 @@ if TYPE_CHECKING:
 __all__ = ["LEASE", "WorkflowRunner"]
 
 log = get_logger("durable.decorators")
-
-#: A delivery's lease is kept this many seconds ahead, renewed every third of it.
-LEASE = 60.0
 
 
 class WorkflowRunner:
@@ -289,9 +285,10 @@ class _Delivery:
         The delivery ends on the first of: the function returns or raises,
         the run is asked to cancel, the lease is lost, the run's deadline
         passes, the delivery suspends (its parked waits decide). Only the
-        function and the lease keeper are tasks from the start: the
-        cancellation is a callback on the token, and the parking decision's
-        task starts when the first wait parks (most deliveries never park).
+        function is a task from the start: the lease keeper is a timer
+        (`LeaseKeeper`), the cancellation a callback on the token, and the
+        parking decision's task starts when the first wait parks (most
+        deliveries never park).
         """
         run = self.ctx
         step = run.delivery
@@ -309,9 +306,8 @@ class _Delivery:
         # engine lost its store, shut down) just as the function ended.
         main.add_done_callback(_retrieved)
         main.add_done_callback(end)
-        lease = loop.create_task(_keep_lease(run), name=f"lease {run.run_id}")
-        lease.add_done_callback(end)
-        helpers: list[asyncio.Task[Any]] = [lease]
+        keeper = LeaseKeeper(run, end)
+        helpers: list[asyncio.Task[Any]] = []
         parking: asyncio.Task[Suspend] | None = None
 
         def start_parking() -> None:
@@ -333,15 +329,14 @@ class _Delivery:
             await _cancel(main, *helpers, *run.inflight)
             raise
         finally:
+            keeper.stop()
             unwatch()
             run.parking.when_parked(_no_parking)
         suspension = parking is not None and parking.done() and not parking.cancelled()
         expired = expiry is not None and expiry.done() and not expiry.cancelled()
         if main.done():
-            # The lease keeper sleeps on the clock: cancelled, not waited for.
-            lease.cancel()
-            if len(helpers) > 1:
-                await _cancel(*helpers[1:])
+            if helpers:
+                await _cancel(*helpers)
             await self.settle()
             return await self.outcome(main)
         await _cancel(*helpers)
@@ -457,19 +452,3 @@ async def _cancel(*tasks: asyncio.Task[Any]) -> None:
 async def _until(run: RunContext, deadline: Deadline) -> None:
     """Return at ``deadline`` on the engine's clock."""
     await run.clock.sleep(max(deadline.at_ms - run.clock.now_ms(), 0) / 1000)
-
-
-async def _keep_lease(run: RunContext) -> None:
-    """Keep the delivery's lease `LEASE` seconds ahead; returns when it is lost
-    (and at once when the run was asked to cancel)."""
-    lease = run.delivery.lease
-    while True:
-        try:
-            lease.ensure_at_least(LEASE)
-        except CancelRequested:
-            await run.delivery.cancel_token.wait()
-            return
-        except ClaimLost:
-            log.warning("workflow delivery lost its lease", run_id=run.run_id)
-            return
-        await run.clock.sleep(LEASE / 3)

@@ -123,5 +123,6 @@ async def wait_until_waiting(
             left = None if deadline is None else (deadline - clock.now_ms()) / 1000
             if not await wait_or_sleep(clock, fut, left):
                 raise TimeoutError(f"run {run_id!r} did not wait within {timeout} s")
+            fut.result()  # the store's error (it stopped): not a loop on a failed watch
         finally:
             kv.unwatch(key, fut)

@@ -17,9 +17,10 @@ import asyncio
 import heapq
 import itertools
 import time
+from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
-__all__ = ["Clock", "MockClock", "SystemClock"]
+__all__ = ["Clock", "MockClock", "SystemClock", "call_later"]
 
 
 @runtime_checkable
@@ -97,14 +98,23 @@ class MockClock:
 
     async def sleep(self, seconds: float) -> None:
         """Suspend until the clock has advanced by ``seconds``."""
-        deadline = self._now + max(0, round(seconds * 1000))
-        if deadline <= self._now:
+        fut = self.deadline(seconds)
+        if fut is None:
             await asyncio.sleep(0)
             return
+        await fut
+
+    def deadline(self, seconds: float) -> asyncio.Future[None] | None:
+        """A future resolved once the clock has advanced by ``seconds`` (its
+        waiter counts as a sleeper until then; cancel it to withdraw); None
+        if that time has come already."""
+        deadline = self._now + max(0, round(seconds * 1000))
+        if deadline <= self._now:
+            return None
         fut: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         heapq.heappush(self._sleepers, (deadline, next(self._seq), fut))
         self._notify()
-        await fut
+        return fut
 
     @property
     def sleepers(self) -> int:
@@ -143,3 +153,33 @@ class MockClock:
 
     def __repr__(self) -> str:
         return f"MockClock(now_ms={self._now})"
+
+
+def call_later(clock: Clock, seconds: float, callback: Callable[[], object]) -> Callable[[], None]:
+    """Call ``callback()`` on the running loop after ``seconds`` of
+    ``clock`` time; returns a function that cancels the call (harmless once
+    it is made). A timer, not a task: `SystemClock` on the loop's timer,
+    `MockClock` as one of its sleepers; any other `Clock` through a task
+    that sleeps on it."""
+    loop = asyncio.get_running_loop()
+    if isinstance(clock, SystemClock):
+        return loop.call_later(max(0.0, seconds), callback).cancel
+    if isinstance(clock, MockClock):
+        fut = clock.deadline(seconds)
+        if fut is None:
+            return loop.call_soon(callback).cancel
+        fut.add_done_callback(lambda f: None if f.cancelled() else callback())
+        return _canceller(fut)
+
+    async def sleep_then_call() -> None:
+        await clock.sleep(seconds)
+        callback()
+
+    return _canceller(loop.create_task(sleep_then_call()))
+
+
+def _canceller(fut: asyncio.Future[None]) -> Callable[[], None]:
+    def cancel() -> None:
+        fut.cancel()
+
+    return cancel

@@ -73,6 +73,9 @@ async def test_a_cancelled_run_frees_its_key(make_objects: Factory, clock: MockC
     async with make_engine(make_objects, clock):
         first = await order.options(dedup_key="k").start("a")
         assert await first.cancel() is True
+        # A delivery in flight ends at once, but after `cancel` returned.
+        with pytest.raises(durable.RunCancelled):
+            await asyncio.wait_for(first.result(), LIMIT)
         second = await order.options(dedup_key="k").start("b")
         assert second.run_id != first.run_id
         await second.cancel()

@@ -259,8 +259,8 @@ async def test_every_segment_a_writer_appends_to_is_opened_o_dsync(tmp_path: Pat
 async def _appended_in(
     store: SegmentObjectStore, seq: int, *, busy: bool, body: bytes = b"x"
 ) -> int:
-    """The thread that appended record ``seq`` (with another callback ready
-    on the loop if ``busy``)."""
+    """The thread that appended record ``seq`` (with another task ready to
+    run on the loop if ``busy``)."""
     segs = store._log_of("")
     threads: list[int] = []
     append = segs.append
@@ -270,12 +270,15 @@ async def _appended_in(
         threads.append(threading.get_ident())
 
     segs.append = noting  # type: ignore[method-assign]
+    other = None
     try:
         if busy:
-            asyncio.get_running_loop().call_soon(lambda: None)
+            other = asyncio.ensure_future(asyncio.sleep(0))
         await store.create(log(seq), body)
     finally:
         del segs.append
+        if other is not None:
+            await other
     return threads[0]
 
 
@@ -286,7 +289,7 @@ async def test_appends_run_on_the_loop_while_it_is_idle_and_the_disk_quick(
     loop_thread = threading.get_ident()
     monkeypatch.setattr(segments, "INLINE_APPEND_MAX", 10.0)
     assert await _appended_in(store, 21, busy=False) == loop_thread
-    # Another callback ready: a small group is appended at once all the same,
+    # Another task ready: a small group is appended at once all the same,
     # a large one in a thread, the loop going on with the rest meanwhile.
     big = b"x" * (segments.INLINE_APPEND_BYTES + 1)
     assert await _appended_in(store, 22, busy=True) == loop_thread

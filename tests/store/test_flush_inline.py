@@ -5,6 +5,7 @@ is safe, and nothing is lost or reordered when it declines or fails."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from durable.errors import ObjectStoreError
 from durable.store.log import LogOptions, LogReader, LogWriter, WriteBatch
 from durable.store.objects import MemoryObjectStore, SegmentObjectStore, segments
 from durable.store.objects.prefixed import PrefixedObjectStore
+from durable.store.queue import OpenOptions, Queue
 
 OPTIONS = LogOptions(checkpoint_on_close=False)
 
@@ -61,10 +63,12 @@ async def test_it_declines_while_other_work_is_ready_or_a_flush_is_in_flight(
 ) -> None:
     w = await LogWriter.open(SegmentObjectStore(tmp_path), OPTIONS)
     d = w.commit(put(b"a"), lazy=True)
-    asyncio.get_running_loop().call_soon(lambda: None)  # another task could join the group
+    await settled()
+    asyncio.get_running_loop().call_soon(lambda: None)  # a plain callback cannot join it
+    other = asyncio.ensure_future(asyncio.sleep(0))  # a ready task could join the group
     assert not w.flush_inline(d)
     assert not d.done()
-    await asyncio.sleep(0)
+    await other
     flushing = w.commit(put(b"b"))  # an awaited commit: the flusher takes it
     assert flushing is d  # one group
     await asyncio.sleep(0)  # the flusher runs: that group is in flight or done
@@ -128,3 +132,54 @@ async def test_create_now_appends_log_names_only_and_passes_through_a_prefix(
     )
     await part.close()
     await store.close()
+
+
+async def _flushes(q: Queue, op: Callable[[], Awaitable[object]]) -> tuple[int, int]:
+    """(inline creates, flusher creates) made while ``op`` runs."""
+    writer = q.writer
+    counts = [0, 0]
+    create_now, create = writer.objects.create_now, writer._create
+
+    def inline(name: str, data: bytes) -> bool:
+        made = create_now(name, data)
+        counts[0] += made
+        return made
+
+    async def flusher(seq: int, data: bytes) -> object:
+        counts[1] += 1
+        return await create(seq, data)
+
+    writer.objects.create_now = inline  # type: ignore[method-assign]
+    writer._create = flusher  # type: ignore[method-assign]
+    try:
+        await op()
+    finally:
+        del writer.objects.create_now, writer._create
+    return counts[0], counts[1]
+
+
+async def test_an_awaited_queue_transaction_on_an_idle_loop_is_flushed_by_its_caller(
+    tmp_path: Path,
+) -> None:
+    """Nothing else could join its group: the caller writes it, no task
+    switch to the flusher; with a task ready, the flusher groups as before."""
+    q = await Queue.open(SegmentObjectStore(tmp_path), OpenOptions(reaper_interval=3600))
+    await settled()
+    assert await _flushes(q, lambda: q.enqueue("jobs", b"a")) == (1, 0)
+
+    async def with_a_task_ready() -> None:
+        other = asyncio.ensure_future(asyncio.sleep(0))
+        await q.enqueue("jobs", b"b")
+        await other
+
+    await settled()
+    assert await _flushes(q, with_a_task_ready) == (0, 1)
+    claim = await q.claim("jobs")
+    assert claim is not None
+    await settled()
+    assert await _flushes(q, lambda: q.ack(claim)) == (1, 0)  # a settlement too
+    await q.close()
+    reopened = await Queue.open(SegmentObjectStore(tmp_path), OpenOptions(reaper_interval=3600))
+    stats = reopened.stats("jobs")
+    assert (stats.pending, stats.done) == (1, 1)  # "a" acked, "b" pending: both durable
+    await reopened.close()

@@ -633,7 +633,7 @@ class LogWriter:
                 self._checkpoint(seq, snapshot[0], snapshot[1], list(self._markers))
             )
 
-    def flush_inline(self, durable: Durable) -> bool:
+    def flush_inline(self, durable: Durable, *, was_idle: bool = False) -> bool:
         """Flush ``durable``'s group now, on this thread, with no task switch,
         when: it is the open group, no flush is in flight, nothing else is
         ready on the event loop (no other task could join the group before
@@ -642,7 +642,11 @@ class LogWriter:
         nothing else to do, such as a run going step by step. True once the
         group is durable; False, nothing changed, when any of that does not
         hold or the attempt failed (the flusher then makes it, with its
-        retries and its reports)."""
+        retries and its reports).
+
+        ``was_idle``: the caller found the loop idle before it made its
+        commit, with no await since; what its commit itself made ready
+        (the tasks it woke) has not run, so cannot have joined the group."""
         g = self._open
         if (
             g.durable is not durable
@@ -650,7 +654,7 @@ class LogWriter:
             or self._failure is not None
             or self._closing
             or not g.ops
-            or not loop_idle()
+            or not (was_idle or loop_idle())
         ):
             return False
         seq = self._seq + 1

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeVar
 
+from durable.store.idle import loop_idle
 from durable.store.queue.core import Core
 from durable.store.queue.effects import EnqueueResult
 from durable.store.queue.enqueue import PreparedEffects
@@ -27,13 +28,20 @@ async def run_txn(core: Core, fx: PreparedEffects | None, body: Body[T]) -> T:
     """Stage ``body`` and commit it (one critical section), then await durability."""
     try:
         core.check_open()
+        # Nothing else ready: nothing could join this commit's group, which
+        # is then flushed here, with no switch to the flusher (see below).
+        idle = loop_idle()
         txn = core.txn()
         value, results = body(txn)
-        durable = txn.commit(core.writer)
+        durable = txn.commit(core.writer, lazy=idle)
     except BaseException:
         if fx is not None:
             await core.delete_blobs(fx.blobs())
         raise
+    if durable is not None and idle:
+        writer = core.writer
+        if not durable.done() and not writer.flush_inline(durable, was_idle=True):
+            writer.flush_within(0)  # the flusher makes it, as for any commit
     if fx is not None and results is None:
         await core.delete_blobs(fx.blobs())
     if durable is not None:

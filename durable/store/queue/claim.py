@@ -14,7 +14,9 @@ logarithmic seek.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
+from typing import Any
 
 from durable._logging import get_logger
 from durable.errors import CorruptRecord, InvalidOption
@@ -143,14 +145,17 @@ class Claimer:
         claims = await self.claim_batch(queue, 1, lease)
         return claims[0] if claims else None
 
-    async def wait_for_jobs_on(self, queue: str, max_wait: float) -> bool:
-        """Wait for a pending insert into ``queue`` (or a stored one); False on timeout."""
+    async def wait_for_jobs_on(
+        self, queue: str, max_wait: float, *, until: asyncio.Future[Any] | None = None
+    ) -> bool:
+        """Wait for a pending insert into ``queue`` (or a stored one); False on
+        timeout, or once ``until`` is done (a stop)."""
         validate_queue_name(queue)
         _check_seconds("max_wait", max_wait)
         notify = self.core.wakeups.of(queue)
         fut = notify.subscribe()
         try:
-            woke = await wait_or_sleep(self.core.clock, fut, max_wait)
+            woke = await wait_or_sleep(self.core.clock, fut, max_wait, until=until)
         finally:
             if not fut.done():
                 notify.unsubscribe(fut)

@@ -9,6 +9,7 @@ heartbeat) and `QueueView` (reads).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -196,9 +197,12 @@ class Queue:
         """Claim, waiting up to ``max_wait`` seconds for a job to arrive."""
         return await self._claimer.claim_with_wait(queue, lease, max_wait)
 
-    async def wait_for_jobs_on(self, queue: str, max_wait: float) -> bool:
-        """Wait for a pending insert into ``queue``; False after ``max_wait`` seconds."""
-        return await self._claimer.wait_for_jobs_on(queue, max_wait)
+    async def wait_for_jobs_on(
+        self, queue: str, max_wait: float, *, until: asyncio.Future[Any] | None = None
+    ) -> bool:
+        """Wait for a pending insert into ``queue``; False after ``max_wait``
+        seconds, or once ``until`` (a future: a stop) is done."""
+        return await self._claimer.wait_for_jobs_on(queue, max_wait, until=until)
 
     def renew_lease(self, claim: Claim, extension: float) -> int:
         """Set the claim's lease to end ``extension`` seconds from now; the new expiry."""

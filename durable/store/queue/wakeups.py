@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from typing import Any
 
-from durable.store.clock import Clock
+from durable.store.clock import Clock, call_later
 from durable.store.log import Durable
 from durable.store.queue.options import MAX_WAKEUPS_PER_INSERT
 
@@ -140,28 +141,45 @@ class Wakeups:
         return self._dead_events.get(queue, 0)
 
 
-async def wait_or_sleep(clock: Clock, fut: asyncio.Future[Any], seconds: float | None) -> bool:
+async def wait_or_sleep(
+    clock: Clock,
+    fut: asyncio.Future[Any],
+    seconds: float | None,
+    *,
+    until: asyncio.Future[Any] | None = None,
+) -> bool:
     """Wait for ``fut`` at most ``seconds`` of ``clock`` time; True if it resolved.
 
-    ``seconds`` None waits without limit. ``fut`` is not cancelled here.
+    ``seconds`` None waits without limit and raises ``fut``'s error, as
+    awaiting it would; ``until``, when it resolves first, ends the wait too
+    (False). Neither future is cancelled here, even when
+    the waiting task is. No task is made: one waiter, woken by callbacks
+    and a timer (`call_later`).
     """
     if fut.done():
         return True
-    if seconds is None:
-        await asyncio.shield(fut)
-        return True
-    if seconds <= 0:
+    if seconds is not None and seconds <= 0:
         return False
-    sleeper = asyncio.ensure_future(clock.sleep(seconds))
+    waiter: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    wake = functools.partial(_wake, waiter)
+    fut.add_done_callback(wake)
+    if until is not None:
+        until.add_done_callback(wake)
+    cancel_timer = None if seconds is None else call_later(clock, seconds, wake)
     try:
-        await asyncio.wait({fut, sleeper}, return_when=asyncio.FIRST_COMPLETED)
+        await waiter
     finally:
-        if not sleeper.done():
-            sleeper.cancel()
-            try:
-                await sleeper
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None and task.cancelling():
-                    raise  # our caller is being cancelled, not just the sleeper
+        if cancel_timer is not None:
+            cancel_timer()
+        fut.remove_done_callback(wake)
+        if until is not None:
+            until.remove_done_callback(wake)
+    if seconds is None:
+        fut.result()  # its error, as awaiting it would raise
+        return True
     return fut.done() and not fut.cancelled()
+
+
+def _wake(waiter: asyncio.Future[None], _: object = None) -> None:
+    if not waiter.done():
+        waiter.set_result(None)

@@ -102,7 +102,9 @@ class WorkerQueue(Protocol):
         self, queue: str, n: int, /, *, claimed: Callable[[int], None] | None = None
     ) -> list[Claim]: ...
 
-    async def wait_for_jobs_on(self, queue: str, max_wait_seconds: float, /) -> bool: ...
+    async def wait_for_jobs_on(
+        self, queue: str, max_wait_seconds: float, /, *, until: asyncio.Future[Any] | None = None
+    ) -> bool: ...
 
     async def ack_with(self, claim: Claim, effects: SettlementEffects, /) -> object: ...
 
@@ -190,16 +192,9 @@ async def _wait_for_work(
     Not for a running job to finish: every transition that makes a job
     pending wakes the queue's waiters (or leaves a permit when none waits),
     so a job that finishes wakes the loop through what it makes pending,
-    and one that makes nothing pending costs no claim pass."""
-    wake = asyncio.ensure_future(queue.wait_for_jobs_on(name, poll_interval))
-    try:
-        await asyncio.wait({wake, stop}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        if not wake.done():
-            wake.cancel()
-        await asyncio.gather(wake, return_exceptions=True)
-    if not wake.cancelled():
-        wake.result()  # a failed wait ends the loop, like a failed claim
+    and one that makes nothing pending costs no claim pass. A failed wait
+    ends the loop, like a failed claim."""
+    await queue.wait_for_jobs_on(name, poll_interval, until=stop)
 
 
 def _check(name: str, poll_interval: float) -> None:
