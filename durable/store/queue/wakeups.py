@@ -152,9 +152,9 @@ async def wait_or_sleep(
 
     ``seconds`` None waits without limit and raises ``fut``'s error, as
     awaiting it would; ``until``, when it resolves first, ends the wait too
-    (False). Neither future is cancelled here, even when
-    the waiting task is. No task is made: one waiter, woken by callbacks
-    and a timer (`call_later`).
+    (False). Neither future is cancelled here, even when the waiting task
+    is. No task is made: one waiter, woken by callbacks and a timer of the
+    clock (`call_later`).
     """
     if fut.done():
         return True
