@@ -30,16 +30,19 @@ class LeaseKeeper:
     (or cannot be renewed). A run asked to cancel is not renewed further:
     its cancellation token ends the delivery."""
 
-    __slots__ = ("_cancel", "_lost", "_run")
+    __slots__ = ("_cancel", "_lost", "_run", "_stopped")
 
     def __init__(self, run: RunContext, lost: Callable[[], object]) -> None:
         self._run = run
         self._lost = lost
         self._cancel: Callable[[], None] | None = None
+        self._stopped = False
         self._renew()
 
     def _renew(self) -> None:
         self._cancel = None
+        if self._stopped:  # its timer had fired, its call not yet made
+            return
         run = self._run
         try:
             run.delivery.lease.ensure_at_least(LEASE)
@@ -57,6 +60,7 @@ class LeaseKeeper:
 
     def stop(self) -> None:
         """Renew no more (idempotent)."""
+        self._stopped = True
         if self._cancel is not None:
             self._cancel()
             self._cancel = None

@@ -75,6 +75,21 @@ async def test_it_renews_at_once_then_every_third_of_the_lease_until_stopped() -
     assert lost == []
 
 
+async def test_a_stop_between_the_timer_and_its_call_renews_no_more() -> None:
+    """A `MockClock` timer fires in two steps (its future, then the call):
+    a delivery that ends in between neither renews nor reports a loss."""
+    clock = MockClock()
+    lease, lost = Lease(clock), []
+    keeper = keeper_of(lease, lost)
+    clock.advance(LEASE / 3)  # the timer's future resolves; the call is scheduled
+    keeper.stop()
+    lease.fail = ClaimLost("job-1")  # a settled claim, were it renewed
+    await turns()
+    assert len(lease.renewed_at) == 1
+    assert lost == []
+    assert clock.sleepers == 0
+
+
 async def test_a_lost_lease_is_reported_once_and_renewal_ends() -> None:
     clock = MockClock()
     lease, lost = Lease(clock), []
