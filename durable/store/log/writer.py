@@ -635,9 +635,9 @@ class LogWriter:
 
     def flush_inline(self, durable: Durable, *, was_idle: bool = False) -> bool:
         """Flush ``durable``'s group now, on this thread, with no task switch,
-        when: it is the open group, no flush is in flight, nothing else is
-        ready on the event loop (no other task could join the group before
-        the flusher ran), and the store makes the create at once
+        when: it is the open group, no flush is in flight, no other task is
+        ready on the event loop (`loop_idle`: none could join the group
+        before the flusher ran), and the store makes the create at once
         (`ObjectStore.create_now`: a quick local append). For a waiter with
         nothing else to do, such as a run going step by step. True once the
         group is durable; False, nothing changed, when any of that does not

@@ -919,7 +919,7 @@ class SegmentObjectStore(ObjectStore):
 
     def _append_inline(self, name: str, segs: _Segments, seq: int, data: bytes) -> bool:
         """Append on this (the loop's) thread if the disk is quick, the log
-        free, and the group small or nothing else ready (`INLINE_APPEND_MAX`);
+        free, and the group small or no task ready (`INLINE_APPEND_MAX`);
         False, nothing written, when the append belongs in a thread."""
         inline = len(data) <= INLINE_APPEND_BYTES or loop_idle()
         if inline and segs.quick() and segs.lock.acquire(blocking=False):

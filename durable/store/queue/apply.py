@@ -28,8 +28,8 @@ async def run_txn(core: Core, fx: PreparedEffects | None, body: Body[T]) -> T:
     """Stage ``body`` and commit it (one critical section), then await durability."""
     try:
         core.check_open()
-        # Nothing else ready: nothing could join this commit's group, which
-        # is then flushed here, with no switch to the flusher (see below).
+        # No task ready (`loop_idle`): none could join this commit's group,
+        # which is then flushed here, with no switch to the flusher.
         idle = loop_idle()
         txn = core.txn()
         value, results = body(txn)
