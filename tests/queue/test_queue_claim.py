@@ -99,6 +99,7 @@ async def test_default_lease_is_the_queue_config(open_queue: object, clock: Mock
         (lambda q: q.claim("q", lease=-1), InvalidOption),
         (lambda q: q.claim_with_wait("q", max_wait=-1), InvalidOption),
         (lambda q: q.wait_for_jobs_on("q", "soon"), InvalidOption),
+        (lambda q: q.wait_for_jobs_on("q", 1, until="stop"), InvalidOption),
     ],
 )
 async def test_bad_claim_arguments(queue: Queue, call: object, error: type[Exception]) -> None:
@@ -133,6 +134,19 @@ async def test_wait_for_jobs_times_out_on_the_clock(queue: Queue, clock: MockClo
     assert not waiter.done()
     clock.advance(0.1)
     assert await waiter is False
+
+
+async def test_wait_for_jobs_ends_when_until_is_done_and_loses_no_wakeup(
+    queue: Queue, clock: MockClock
+) -> None:
+    stop: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+    waiter = asyncio.create_task(queue.wait_for_jobs_on("q", 60, until=stop))
+    await clock.wait_for_sleepers(BG + 1)
+    stop.set_result(None)
+    assert await waiter is False
+    assert clock.sleepers == BG  # its timeout withdrawn
+    await queue.enqueue("q", b"")  # nobody waits now: stored for the next wait
+    assert await queue.wait_for_jobs_on("q", 0, until=stop) is True
 
 
 async def test_wakeup_is_per_queue(queue: Queue, clock: MockClock) -> None:

@@ -152,6 +152,10 @@ class Claimer:
         timeout, or once ``until`` is done (a stop)."""
         validate_queue_name(queue)
         _check_seconds("max_wait", max_wait)
+        if until is not None and not isinstance(until, asyncio.Future):
+            raise InvalidOption(
+                f"until must be an asyncio future (or task) that ends the wait, got {until!r}"
+            )
         notify = self.core.wakeups.of(queue)
         fut = notify.subscribe()
         try:
